@@ -113,7 +113,9 @@ class InvalidCct(SegmentReadError):
     """The CCT section of a data group is malformed."""
 
     def __init__(self, detail: CctIssue, message: str = "") -> None:
-        super().__init__(f"invalid CCT section: {detail.value}" + (f": {message}" if message else ""))
+        super().__init__(
+            f"invalid CCT section: {detail.value}" + (f": {message}" if message else "")
+        )
         self.detail = detail
 
 

@@ -108,7 +108,10 @@ class CallRef:
 
 
 def runtime_id_wire(runtime_id: bytes) -> str:
-    """Host runtime token (``BoundaryId``): ``baml_id_1_`` + base64url-nopad(16 bytes), no version byte."""
+    """Host runtime token (``BoundaryId``): ``baml_id_1_`` + base64url-nopad(16 bytes).
+
+    Unlike thread and call ids there is no version byte.
+    """
     if len(runtime_id) != 16:
         raise InvalidWireId(f"runtime id needs 16 bytes, got {len(runtime_id)}")
     return RUNTIME_WIRE_PREFIX + _b64(runtime_id)

@@ -128,7 +128,7 @@ class CallSiteSpan:
 
 @dataclass(frozen=True, slots=True)
 class ThrowSite:
-    """A throw site; inside BAMLERR1 the wire order is ``file_id, line, start_offset, end_offset``."""
+    """A throw site; inside BAMLERR1 the wire order is ``file_id, line, start, end`` offsets."""
 
     file_id: int
     line: int

@@ -1,0 +1,248 @@
+"""The application-facing API: ``@baml_function``, ``capture(...)``, ``start()``/``stop()``.
+
+Decorated functions report to the *active* profiler (module global). When none is active, or the
+profiler is off, a decorated function costs one global read and a branch.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import contextvars
+import functools
+import inspect
+import sys
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar, cast, overload
+
+from baml_studio.profiler.config import ProfilerConfig
+from baml_studio.profiler.events import Frame
+from baml_studio.profiler.profiler import Profiler
+from baml_studio.profiler.registry import REGISTRY, FunctionInfo, FunctionRegistry
+from baml_studio.profiler.runtime import MANUAL, Recorder
+
+P = ParamSpec("P")
+R = TypeVar("R")
+_ACTIVE: Profiler | None = None
+_perf = time.perf_counter_ns
+
+
+def active() -> Profiler | None:
+    """The profiler decorated functions currently report to."""
+    return _ACTIVE
+
+
+def set_active(profiler: Profiler | None) -> None:
+    global _ACTIVE
+    _ACTIVE = profiler
+
+
+def start(config: ProfilerConfig | None = None, *, project_dir: Path | None = None) -> Profiler:
+    """Start a profiler from ``config`` (default: the environment) and make it active.
+
+    Example::
+
+        from baml_studio import profiler
+        profiler.start()              # honours BAML_PROFILE, BAML_PROFILE_DIR
+    """
+    prof = Profiler(config or ProfilerConfig.from_env(project_dir=project_dir))
+    prof.activate()
+    atexit.register(prof.close)
+    return prof
+
+
+def stop(timeout: float = 5.0) -> None:
+    """Flush and close the active profiler (``flush_and_join``)."""
+    prof = _ACTIVE
+    if prof is not None:
+        prof.close(timeout)
+
+
+def _recorder() -> Recorder | None:
+    prof = _ACTIVE
+    return None if prof is None else prof.recorder
+
+
+def _arg_binder(
+    fn: Callable[..., Any],
+) -> Callable[[tuple[Any, ...], dict[str, Any]], dict[str, Any]]:
+    """Map a call's arguments to ``{declared parameter name: value}`` (``argN`` fallback)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    positional = [
+        p.name
+        for p in params
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    count = len(positional)
+
+    def bind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        if len(args) <= count:
+            bound = dict(zip(positional, args, strict=False))
+        else:
+            bound = dict(zip(positional, args[:count], strict=True))
+            for index in range(count, len(args)):
+                bound[f"arg{index}"] = args[index]
+        if kwargs:
+            bound.update(kwargs)
+        return bound
+
+    return bind
+
+
+class _Timed:
+    """Drives a coroutine, measuring time spent suspended (``await_ns``, ``await_count``)."""
+
+    __slots__ = ("coro", "frame")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], frame: Frame) -> None:
+        self.coro = coro
+        self.frame = frame
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, frame = self.coro, self.frame
+        to_send: Any = None
+        to_throw: BaseException | None = None
+        while True:
+            try:
+                if to_throw is not None:
+                    exc, to_throw = to_throw, None
+                    yielded = coro.throw(exc)
+                else:
+                    yielded = coro.send(to_send)
+            except StopIteration as stop:
+                return stop.value
+            suspended = _perf()
+            try:
+                to_send = yield yielded
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:
+                to_throw = exc
+            frame.await_ns += _perf() - suspended
+            frame.await_count += 1
+
+
+@overload
+def baml_function(fn: Callable[P, R], /) -> Callable[P, R]: ...
+
+
+@overload
+def baml_function(
+    *, name: str | None = None, llm: bool = False, registry: FunctionRegistry = REGISTRY
+) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+
+
+def baml_function(
+    fn: Callable[P, R] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    llm: bool = False,
+    registry: FunctionRegistry = REGISTRY,
+) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
+    """Mark a function (sync or ``async``) as a BAML function.
+
+    ``name`` is its fully qualified name (default ``module.qualname``); ``llm=True`` marks an LLM
+    function, whose input, output and error are captured like a root's. Example::
+
+        @baml_function(name="app.ExtractInvoice", llm=True)
+        async def extract_invoice(document: str) -> Invoice: ...
+    """
+
+    def decorate(func: Callable[P, R]) -> Callable[P, R]:
+        fqn = name or f"{func.__module__}.{func.__qualname__}"
+        info = registry.register(fqn, func, llm=llm)
+        bind = _arg_binder(func)
+        if inspect.iscoroutinefunction(func):
+            return cast(Callable[P, R], _async_wrapper(func, info, bind))
+        return _sync_wrapper(func, info, bind)
+
+    return decorate(fn) if fn is not None else decorate
+
+
+def _sync_wrapper(
+    func: Callable[P, R], info: FunctionInfo, bind: Callable[..., dict[str, Any]]
+) -> Callable[P, R]:
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        rec = _recorder()
+        if rec is None:
+            return func(*args, **kwargs)
+        entered = rec.enter(info, bind(args, kwargs), sys._getframe(1))
+        if entered is None:
+            return func(*args, **kwargs)
+        frame, token = entered
+        try:
+            result = func(*args, **kwargs)
+        except BaseException as exc:
+            rec.exit_error(frame, token, exc)
+            raise
+        rec.exit_ok(frame, token, result)
+        return result
+
+    return wrapper
+
+
+def _async_wrapper(
+    func: Callable[..., Awaitable[Any]], info: FunctionInfo, bind: Callable[..., dict[str, Any]]
+) -> Callable[..., Coroutine[Any, Any, Any]]:
+    @functools.wraps(func)
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        rec = _recorder()
+        if rec is None:
+            return await func(*args, **kwargs)
+        entered = rec.enter(info, bind(args, kwargs), sys._getframe(1))
+        if entered is None:
+            return await func(*args, **kwargs)
+        frame, token = entered
+        try:
+            result = await _Timed(cast(Coroutine[Any, Any, Any], func(*args, **kwargs)), frame)
+        except BaseException as exc:
+            rec.exit_error(frame, token, exc)
+            raise
+        rec.exit_ok(frame, token, result)
+        return result
+
+    return wrapper
+
+
+@contextlib.contextmanager
+def capture(*, inputs: bool = False, output: bool = False, error: bool = False) -> Iterator[None]:
+    """Capture the chosen roles of BAML calls made directly inside the block (``$id`` capture).
+
+    Ordinary calls only feed the calling-context tree; inside ``with capture(inputs=True):`` a
+    call is *manually selected* and its input is recorded too. Example::
+
+        with capture(inputs=True, output=True):
+            score = score_customer(customer)
+    """
+    from baml_studio.format.records import ROLE_ERROR, ROLE_INPUT, ROLE_OUTPUT
+    from baml_studio.profiler.runtime import CURRENT
+
+    roles = (ROLE_INPUT if inputs else 0) | (ROLE_OUTPUT if output else 0)
+    roles |= ROLE_ERROR if error else 0
+    token = MANUAL.set((CURRENT.get(), roles))
+    try:
+        yield
+    finally:
+        MANUAL.reset(token)
+
+
+def propagate(fn: Callable[P, R]) -> Callable[P, R]:
+    """Bind ``fn`` to the caller's context, so calls it makes on another thread nest as spawns.
+
+    Example: ``threading.Thread(target=propagate(work)).start()``.
+    """
+    ctx = contextvars.copy_context()
+
+    @functools.wraps(fn)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        return ctx.copy().run(fn, *args, **kwargs)
+
+    return run

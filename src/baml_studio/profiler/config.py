@@ -1,0 +1,77 @@
+"""Profiler configuration: one frozen value, read once at the entry point."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from baml_studio.store.config import resolve_store_root
+
+DEFAULT_PUBLISH_INTERVAL_S = 1.0
+DEFAULT_SEGMENT_TARGET_BYTES = 4 * 1024 * 1024
+DEFAULT_EXECUTION_SLOTS = 2016
+BAML_VERSION = "0.17.0"
+
+
+@dataclass(frozen=True, slots=True)
+class ProfilerConfig:
+    store_root: Path
+    """The ``profiles-v1`` directory the profiler writes (``BAML_PROFILE_DIR`` overrides)."""
+
+    enabled: bool = True
+    """False (``BAML_PROFILE=0``) turns the profiler fully off: nothing is recorded or created."""
+
+    publish_interval_s: float | None = DEFAULT_PUBLISH_INTERVAL_S
+    """Publish pending data at least this often; 0 publishes on every consumer pass, None only
+    on flush/close (``BAML_PROFILE_PUBLISH_INTERVAL_MS``, where ``MAX`` means None)."""
+
+    segment_target_bytes: int = DEFAULT_SEGMENT_TARGET_BYTES
+    """Publish a data segment as soon as this many bytes of groups are pending."""
+
+    execution_slots: int = DEFAULT_EXECUTION_SLOTS
+    """Most executions open at once; a root beyond this is not recorded (a counted loss)."""
+
+    max_queued_events: int = 1_000_000
+    """Bound on hot-path events waiting for the consumer; beyond it events are counted losses."""
+
+    max_pending_value_bytes: int = 64 * 1024 * 1024
+    """Bound on captured value bytes waiting for the consumer (``value_memory_exceeded``)."""
+
+    max_value_bytes: int = 16 * 1024 * 1024
+    """Largest single encoded value kept; larger ones are ``value_too_large``."""
+
+    max_project_bytes: int | None = None
+    """Disk budget for the whole store; None means unlimited."""
+
+    minimum_free_bytes: int = 0
+    """Publications that would leave less free disk than this are rejected."""
+
+    baml_version: str = BAML_VERSION
+    """Written into StreamStarted and the program hash."""
+
+    wake_interval_s: float = 0.05
+    """How often the consumer thread wakes to look for work."""
+
+    @classmethod
+    def from_env(
+        cls, env: Mapping[str, str] | None = None, *, project_dir: Path | None = None
+    ) -> ProfilerConfig:
+        """Build a config from ``BAML_PROFILE``, ``BAML_PROFILE_DIR`` and
+        ``BAML_PROFILE_PUBLISH_INTERVAL_MS`` (a bad interval raises ``ValueError``).
+
+        The root comes from the resolver the readers share: ``BAML_PROFILE_DIR``, else
+        ``<project>/.baml/profiles-v1``.
+        """
+        env = os.environ if env is None else env
+        root = resolve_store_root(project_dir or Path.cwd(), env)
+        interval: float | None = DEFAULT_PUBLISH_INTERVAL_S
+        raw = env.get("BAML_PROFILE_PUBLISH_INTERVAL_MS")
+        if raw:
+            interval = None if raw.strip().upper() == "MAX" else max(0, int(raw)) / 1000.0
+        return cls(
+            store_root=root,
+            enabled=env.get("BAML_PROFILE", "1").strip() != "0",
+            publish_interval_s=interval,
+        )

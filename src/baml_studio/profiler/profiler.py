@@ -1,0 +1,169 @@
+"""The :class:`Profiler`: one process stream, a recorder on the hot path, a consumer thread."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import threading
+import time
+import uuid
+from types import TracebackType
+
+from baml_studio.profiler.config import ProfilerConfig
+from baml_studio.profiler.consumer import Consumer
+from baml_studio.profiler.errors import ProfilerClosed
+from baml_studio.profiler.registry import REGISTRY, FunctionRegistry
+from baml_studio.profiler.runtime import ProfilerStats, Recorder
+from baml_studio.store.config import DiskBudget
+from baml_studio.store.errors import StoreError
+from baml_studio.store.writer import StreamStore
+
+
+def os_arch() -> str:
+    """``<os>-<arch>`` as StreamStarted spells it, for example ``linux-x86_64``."""
+    system = {"darwin": "macos"}.get(sys.platform, sys.platform)
+    return f"{system}-{platform.machine().lower() or 'unknown'}"
+
+
+class Profiler:
+    """Records BAML calls of this process into one stream of a local store.
+
+    ``Profiler(config)`` opens the stream and starts the consumer thread; ``activate()`` makes it
+    the profiler the decorators report to. ``flush()`` publishes everything recorded so far;
+    ``close()`` flushes, ends still-running executions as ``Abandoned`` and releases the stream.
+    With ``config.enabled`` false nothing is opened, created or recorded.
+    """
+
+    def __init__(self, config: ProfilerConfig, registry: FunctionRegistry = REGISTRY) -> None:
+        self.config = config
+        self.enabled = config.enabled
+        self.euid = uuid.uuid4().bytes
+        self.open_error: StoreError | None = None
+        self._closed = False
+        self.recorder = Recorder(
+            registry,
+            euid=self.euid,
+            execution_slots=config.execution_slots,
+            max_queued_events=config.max_queued_events,
+            max_pending_value_bytes=config.max_pending_value_bytes,
+        )
+        self._store: StreamStore | None = None
+        self._cond = threading.Condition()
+        self._flush_requested = 0
+        self._flushed = 0
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        if not self.enabled:
+            return
+        budget = None
+        if config.max_project_bytes is not None:
+            budget = DiskBudget(config.max_project_bytes, config.minimum_free_bytes)
+        try:
+            self._store = StreamStore.open(config.store_root, self.euid, budget)
+        except StoreError as exc:
+            self.open_error = exc
+        self.consumer = Consumer(
+            self.recorder,
+            self._store,
+            baml_version=config.baml_version,
+            os_arch=os_arch(),
+            pid=os.getpid(),
+            publish_interval_s=config.publish_interval_s,
+            segment_target_bytes=config.segment_target_bytes,
+            max_value_bytes=config.max_value_bytes,
+        )
+        self._thread = threading.Thread(target=self._run, name="baml-profiler", daemon=True)
+        self._thread.start()
+
+    @property
+    def stats(self) -> ProfilerStats:
+        return self.recorder.stats
+
+    @property
+    def store(self) -> StreamStore | None:
+        return self._store
+
+    def activate(self) -> Profiler:
+        """Make this the profiler that ``@baml_function`` calls report to."""
+        if self._closed:
+            raise ProfilerClosed("this profiler was closed; create a new Profiler")
+        from baml_studio.profiler import api
+
+        api.set_active(self if self.enabled else None)
+        return self
+
+    def _run(self) -> None:
+        wake = self.recorder.wake
+        while True:
+            wake.wait(self.config.wake_interval_s)
+            wake.clear()
+            with self._cond:
+                stop = self._stop
+                target = self._flush_requested
+            self._pass(force=target > self._flushed or stop)
+            with self._cond:
+                self._flushed = max(self._flushed, target)
+                self._cond.notify_all()
+            if stop:
+                return
+
+    def _pass(self, *, force: bool) -> None:
+        try:
+            self.consumer.drain()
+            if force or self.consumer.due():
+                self.consumer.publish()
+        except Exception:
+            self.recorder.stats.internal_errors += 1
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Publish everything recorded before this call; False if ``timeout`` ran out."""
+        if self._thread is None or not self._thread.is_alive():
+            return not self.enabled
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            self._flush_requested += 1
+            mine = self._flush_requested
+            self.recorder.wake.set()
+            while self._flushed < mine:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._cond.wait(left):
+                    return self._flushed >= mine
+        return True
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Flush, end running executions as ``Abandoned``, publish them, release the stream."""
+        if self._closed:
+            return
+        self._closed = True
+        from baml_studio.profiler import api
+
+        if api.active() is self:
+            api.set_active(None)
+        if self._thread is None:
+            return
+        self.flush(timeout)
+        with self._cond:
+            self._stop = True
+            self.recorder.wake.set()
+        self._thread.join(timeout)
+        try:
+            self.consumer.drain()
+            self.consumer.abandon_open(self.recorder.now())
+            self.consumer.publish()
+            self.consumer.publish_terminal_meta()
+        except Exception:
+            self.recorder.stats.internal_errors += 1
+        if self._store is not None:
+            self._store.close()
+
+    def __enter__(self) -> Profiler:
+        return self.activate()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

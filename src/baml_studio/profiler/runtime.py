@@ -1,0 +1,382 @@
+"""The profiler's hot path: calls, logical threads and executions, as seen from the application.
+
+Everything here runs on application threads, so it does no I/O, takes only one uncontended lock
+(when an execution or thread starts or ends), and never raises into the caller: an internal
+failure is counted in :attr:`ProfilerStats.internal_errors` and the call runs unprofiled.
+
+Nesting follows a :class:`contextvars.ContextVar`. A call whose innermost enclosing call belongs
+to another runner (another OS thread, or another asyncio task) starts a *spawned* logical thread;
+asyncio tasks and ``asyncio.to_thread`` copy the context automatically, plain threads do when run
+through ``contextvars.copy_context().run`` (see :func:`baml_studio.profiler.propagate`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import os
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from types import FrameType, TracebackType
+from typing import Any
+
+from baml_studio.format.cct import context_key
+from baml_studio.format.ids import CallRef, ThreadRef
+from baml_studio.format.records import (
+    ROLE_ERROR,
+    ROLE_INPUT,
+    ROLE_OUTPUT,
+    SELECT_LLM,
+    SELECT_MANUAL,
+    SELECT_ROOT,
+    CallSiteSpan,
+    CctTuple,
+    EdgeKind,
+    ErrorCaptureId,
+    FunctionEndStatus,
+    RootStatus,
+    ThreadEndStatus,
+    ThreadKind,
+    ThreadStart,
+    ValueLossReason,
+    ValueRole,
+)
+from baml_studio.profiler import events as ev
+from baml_studio.profiler import snapshot
+from baml_studio.profiler.events import EngineState, Execution, Frame, H, LogicalThread
+from baml_studio.profiler.registry import FunctionInfo, FunctionRegistry, ProgramSnapshot
+
+ALL_ROLES = ROLE_INPUT | ROLE_OUTPUT | ROLE_ERROR
+CURRENT: contextvars.ContextVar[Frame | None] = contextvars.ContextVar("baml_frame", default=None)
+MANUAL: contextvars.ContextVar[tuple[Frame | None, int] | None] = contextvars.ContextVar(
+    "baml_manual_capture", default=None
+)
+_ROOT_STATUS = {
+    FunctionEndStatus.OK: RootStatus.SUCCEEDED,
+    FunctionEndStatus.ERRORED: RootStatus.FAILED,
+    FunctionEndStatus.CANCELLED: RootStatus.CANCELLED,
+    FunctionEndStatus.EXITED: RootStatus.PANICKED,
+}
+_THREAD_STATUS = {
+    FunctionEndStatus.OK: ThreadEndStatus.COMPLETED,
+    FunctionEndStatus.ERRORED: ThreadEndStatus.ERRORED,
+    FunctionEndStatus.CANCELLED: ThreadEndStatus.CANCELLED,
+    FunctionEndStatus.EXITED: ThreadEndStatus.ERRORED,
+}
+_get_loop = asyncio.events._get_running_loop
+_perf = time.perf_counter_ns
+
+
+@dataclass(slots=True)
+class ProfilerStats:
+    """Process-global counters that are not persisted per execution."""
+
+    internal_errors: int = 0
+    roots_dropped: int = 0
+    events_dropped: int = 0
+    meta_batch_lost: int = 0
+    root_ended_lost: int = 0
+    function_table_publish_failed: int = 0
+    data_segments_published: int = 0
+    meta_segments_published: int = 0
+    data_segments_lost: int = 0
+    cas_published: int = 0
+    cas_reused: int = 0
+    cas_lost: int = 0
+
+
+def runner_id() -> tuple[int, int]:
+    """(OS thread, asyncio task) running the current code; a change means a spawn."""
+    loop = _get_loop()
+    if loop is None:
+        return threading.get_ident(), 0
+    task = asyncio.current_task(loop)
+    return threading.get_ident(), 0 if task is None else id(task)
+
+
+def _runner_name() -> str:
+    loop = _get_loop()
+    if loop is not None:
+        task = asyncio.current_task(loop)
+        if task is not None:
+            return task.get_name()[:256]
+    return threading.current_thread().name[:256]
+
+
+class Recorder:
+    """The hot-path half of a profiler: turns calls into events on a bounded deque."""
+
+    def __init__(
+        self,
+        registry: FunctionRegistry,
+        *,
+        euid: bytes,
+        execution_slots: int,
+        max_queued_events: int,
+        max_pending_value_bytes: int,
+    ) -> None:
+        self.registry = registry
+        self.euid = euid
+        self.events: deque[tuple[Any, ...]] = deque()
+        self.stats = ProfilerStats()
+        self.zero_unix_ns = time.time_ns()
+        self.zero_perf_ns = _perf()
+        self.execution_slots = execution_slots
+        self.max_queued_events = max_queued_events
+        self.max_pending_value_bytes = max_pending_value_bytes
+        self.pending_value_bytes = 0
+        self.open_executions = 0
+        self.tuples: dict[bytes, CctTuple] = {}
+        self._keys: dict[tuple[Any, ...], bytes] = {}
+        self._lock = threading.Lock()
+        self._engine: EngineState | None = None
+        self._programs: dict[int, ProgramSnapshot] = {}
+        self.wake = threading.Event()
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    def now(self) -> int:
+        return _perf() - self.zero_perf_ns
+
+    def program(self, engine: EngineState) -> ProgramSnapshot:
+        return self._programs[engine.engine_id]
+
+    def _push(self, event: tuple[Any, ...], ex: Execution, counter: str) -> bool:
+        if len(self.events) >= self.max_queued_events:
+            ex.health[H[counter]] += 1
+            self.stats.events_dropped += 1
+            return False
+        self.events.append(event)
+        return True
+
+    def _key(
+        self, program_id: bytes, parent: bytes | None, fid: int, site: Any, edge: int
+    ) -> bytes:
+        cache_key = (program_id, parent, fid, site, edge)
+        key = self._keys.get(cache_key)
+        if key is None:
+            tup = CctTuple(program_id, parent, fid, site, EdgeKind(edge))
+            key = context_key(tup)
+            self.tuples[key] = tup
+            self._keys[cache_key] = key
+        return key
+
+    # --- executions and threads --------------------------------------------------------------
+
+    def _engine_for_root(self) -> EngineState:
+        engine = self._engine
+        if engine is None or engine.program_version != self.registry.version:
+            program = self.registry.snapshot()
+            engine_id = 1 if engine is None else engine.engine_id + 1
+            engine = EngineState(engine_id, program.version)
+            self._programs[engine_id] = program
+            self._engine = engine
+        return engine
+
+    def _new_execution(self, now: int, runner: tuple[int, int]) -> LogicalThread | None:
+        with self._lock:
+            if self.open_executions >= self.execution_slots:
+                self.stats.roots_dropped += 1
+                return None
+            self.open_executions += 1
+            engine = self._engine_for_root()
+            ref = ThreadRef(self.euid, engine.engine_id, engine.new_thread_id())
+        ex = Execution(ref, engine, os.urandom(16), now)
+        thread = LogicalThread(ref, ex, runner)
+        self.events.append((ev.ROOT_STARTED, ex))
+        start = ThreadStart(ref, None, None, None, now, ThreadKind.ROOT, _runner_name())
+        self._push((ev.THREAD_STARTED, ex, start), ex, "unmatched_thread_facts")
+        return thread
+
+    def _spawn_thread(
+        self, parent: Frame, now: int, runner: tuple[int, int], site: CallSiteSpan | None
+    ) -> LogicalThread:
+        ex = parent.thread.execution
+        with self._lock:
+            ex.leases += 1
+            ref = ThreadRef(self.euid, ex.engine.engine_id, ex.engine.new_thread_id())
+        thread = LogicalThread(ref, ex, runner)
+        start = ThreadStart(
+            ref, parent.thread.ref, parent.call, site, now, ThreadKind.SPAWN, _runner_name()
+        )
+        self._push((ev.THREAD_STARTED, ex, start), ex, "unmatched_thread_facts")
+        return thread
+
+    def _release(self, thread: LogicalThread, now: int, status: FunctionEndStatus) -> None:
+        ex = thread.execution
+        event = (ev.THREAD_ENDED, ex, thread.ref, now, _THREAD_STATUS[status])
+        self._push(event, ex, "unmatched_thread_facts")
+        with self._lock:
+            ex.leases -= 1
+            if thread.ref == ex.root:
+                ex.status = _ROOT_STATUS[status]
+            if ex.leases > 0:
+                return
+            ex.closed = True
+            ex.ended_ns = now
+            self.open_executions -= 1
+        self.events.append((ev.ROOT_ENDED, ex))
+        self.wake.set()
+
+    # --- calls ---------------------------------------------------------------------------------
+
+    def enter(
+        self, info: FunctionInfo, args: dict[str, Any] | None, caller: FrameType | None
+    ) -> tuple[Frame, contextvars.Token[Frame | None]] | None:
+        """Record a call start; returns None when the call is not recorded."""
+        try:
+            return self._enter(info, args, caller)
+        except Exception:
+            self.stats.internal_errors += 1
+            return None
+
+    def _enter(
+        self, info: FunctionInfo, args: dict[str, Any] | None, caller: FrameType | None
+    ) -> tuple[Frame, contextvars.Token[Frame | None]] | None:
+        now = _perf() - self.zero_perf_ns
+        parent = CURRENT.get()
+        runner = runner_id()
+        site = (
+            self.registry.call_site(caller.f_code.co_filename, caller.f_lineno)
+            if caller is not None
+            else None
+        )
+        selected = SELECT_LLM if info.llm else 0
+        if parent is None or parent.thread.execution.closed:
+            thread = self._new_execution(now, runner)
+            if thread is None:
+                return None
+            parent = None
+            edge, parent_key, selected = 0, None, selected | SELECT_ROOT
+        elif parent.thread.runner != runner:
+            thread = self._spawn_thread(parent, now, runner, site)
+            edge, parent_key = 2, parent.key
+        else:
+            thread = parent.thread
+            edge, parent_key = 1, parent.key
+        roles = ALL_ROLES if selected else 0
+        manual = MANUAL.get()
+        if manual is not None and manual[0] is parent:
+            selected |= SELECT_MANUAL
+            roles |= manual[1]
+        ex = thread.execution
+        thread.next_call += 1
+        call = CallRef(thread.ref, thread.next_call)
+        program = self._programs[ex.engine.engine_id]
+        key = self._key(program.program_id, parent_key, info.function_id, site, edge)
+        frame = Frame(call, parent, thread, key, info.function_id, now, selected, roles, edge)
+        token = CURRENT.set(frame)
+        if selected:
+            parent_call = parent.call if parent is not None else None
+            event = (
+                ev.SPAN_STARTED, ex, call, parent_call, thread.ref, key,
+                info.function_id, site, edge, now, selected, roles,
+            )  # fmt: skip
+            if not self._push(event, ex, "structural_transport_exceeded"):
+                frame.dropped = True
+            elif roles & ROLE_INPUT:
+                self._value(frame, ValueRole.INPUT, args or {})
+        return frame, token
+
+    def _value(self, frame: Frame, role: ValueRole, value: Any) -> None:
+        ex = frame.thread.execution
+        loss: ValueLossReason | None = None
+        snap: snapshot.Snapshot | None = None
+        try:
+            snap = snapshot.take(value)
+        except Exception:
+            loss = ValueLossReason.ENCODE_FAILED
+        if snap is not None:
+            size = len(snap[1])
+            if self.pending_value_bytes + size > self.max_pending_value_bytes:
+                snap, loss = None, ValueLossReason.VALUE_MEMORY_EXCEEDED
+            else:
+                self.pending_value_bytes += size
+        event = (ev.VALUE, ex, frame.call, frame.key, role, snap, loss)
+        if not self._push(event, ex, "value_attempt_transport_exceeded") and snap is not None:
+            self.pending_value_bytes -= len(snap[1])
+
+    def exit_ok(self, frame: Frame, token: contextvars.Token[Frame | None], result: Any) -> None:
+        try:
+            if frame.roles & ROLE_OUTPUT and not frame.dropped:
+                self._value(frame, ValueRole.OUTPUT, result)
+            self._end(frame, token, FunctionEndStatus.OK)
+        except Exception:
+            self.stats.internal_errors += 1
+
+    def exit_error(
+        self, frame: Frame, token: contextvars.Token[Frame | None], exc: BaseException
+    ) -> None:
+        try:
+            if isinstance(exc, asyncio.CancelledError):
+                status = FunctionEndStatus.CANCELLED
+            elif isinstance(exc, Exception):
+                status = FunctionEndStatus.ERRORED
+                self._error(frame, exc)
+            else:
+                status = FunctionEndStatus.EXITED
+            self._end(frame, token, status)
+        except Exception:
+            self.stats.internal_errors += 1
+
+    def _error(self, frame: Frame, exc: Exception) -> None:
+        ex = frame.thread.execution
+        throws = ex.throws
+        origin = throws.get(id(exc))
+        if origin is None or origin[0] is not exc:
+            origin = (exc, frame, None)
+            throws[id(exc)] = origin
+        if not frame.roles & ROLE_ERROR or frame.dropped:
+            return
+        ex.health[H["applicable_error_unwinds"]] += 1
+        ex.health[H["terminal_error_links_observed"]] += 1
+        capture: ErrorCaptureId | None = origin[2]
+        fresh = capture is None
+        payload: tuple[Any, ...] | None = None
+        if capture is None:
+            thread = frame.thread
+            thread.unwind_ordinal += 1
+            capture = ErrorCaptureId(thread.ref, thread.unwind_ordinal)
+            throws[id(exc)] = (exc, origin[1], capture)
+            throw_frame: Frame = origin[1]
+            payload = (
+                throw_frame.call, throw_frame.key, throw_frame.function_id,
+                self._throw_site(exc.__traceback__), snapshot.take(snapshot.exception_value(exc)),
+            )  # fmt: skip
+        event = (ev.ERROR, ex, frame.call, frame.key, capture, fresh, payload)
+        if self._push(event, ex, "error_capture_attempt_transport_exceeded"):
+            if fresh:
+                ex.health[H["error_captures_queued"]] += 1
+            ex.health[H["terminal_error_links_queued"]] += 1
+
+    def _throw_site(self, tb: TracebackType | None) -> tuple[int, int, int, int] | None:
+        site = None
+        while tb is not None:
+            found = self.registry.call_site(tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+            if found is not None:
+                site = (found.file_id, found.line, found.start_offset, found.end_offset)
+            tb = tb.tb_next
+        return site
+
+    def _end(
+        self, frame: Frame, token: contextvars.Token[Frame | None], status: FunctionEndStatus
+    ) -> None:
+        now = _perf() - self.zero_perf_ns
+        inclusive = now - frame.started_ns
+        try:
+            CURRENT.reset(token)
+        except ValueError:
+            CURRENT.set(frame.parent)
+        if frame.parent is not None and frame.edge == 1:
+            frame.parent.child_ns += inclusive
+        ex = frame.thread.execution
+        span_end = (frame.call, now, status) if frame.selected and not frame.dropped else None
+        event = (
+            ev.CALL_ENDED, ex, frame.key, status, inclusive, frame.child_ns,
+            frame.await_ns, frame.await_count, span_end,
+        )  # fmt: skip
+        self._push(event, ex, "structural_transport_exceeded")
+        if frame.edge != 1:
+            self._release(frame.thread, now, status)

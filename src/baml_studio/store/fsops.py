@@ -1,0 +1,116 @@
+"""The filesystem port of the writer: every durable step of a publication goes through it.
+
+Tests subclass :class:`OsFileSystem` to inject failures at one step (a failing fsync of the
+final directory, a full disk on write, a rename that fails) without touching the real OS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Protocol
+
+
+class FileSystem(Protocol):
+    """The durable operations of atomic publication. Every method raises OSError on failure."""
+
+    def create_new(self, path: Path) -> int:
+        """Create ``path`` exclusively (``O_EXCL``) for writing; return the descriptor."""
+
+    def write_all(self, fd: int, data: bytes) -> None:
+        """Write every byte of ``data`` (looping over short writes)."""
+
+    def fsync(self, fd: int) -> None: ...
+
+    def close(self, fd: int) -> None: ...
+
+    def rename(self, src: Path, dst: Path) -> None: ...
+
+    def fsync_dir(self, path: Path) -> None: ...
+
+    def mkdir(self, path: Path) -> None:
+        """Create one directory; raises FileExistsError if it exists."""
+
+    def unlink(self, path: Path) -> None: ...
+
+    def free_bytes(self, path: Path) -> int:
+        """Bytes available to an unprivileged writer on the filesystem holding ``path``."""
+
+
+class OsFileSystem:
+    """The real filesystem (POSIX)."""
+
+    def create_new(self, path: Path) -> int:
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+
+    def write_all(self, fd: int, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+
+    def fsync(self, fd: int) -> None:
+        os.fsync(fd)
+
+    def close(self, fd: int) -> None:
+        os.close(fd)
+
+    def rename(self, src: Path, dst: Path) -> None:
+        os.rename(src, dst)
+
+    def fsync_dir(self, path: Path) -> None:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def mkdir(self, path: Path) -> None:
+        os.mkdir(path, 0o755)
+
+    def unlink(self, path: Path) -> None:
+        os.unlink(path)
+
+    def free_bytes(self, path: Path) -> int:
+        stats = os.statvfs(path)
+        return stats.f_bavail * stats.f_frsize
+
+
+def ensure_dirs(fs: FileSystem, top: Path, path: Path) -> None:
+    """Create ``path`` and its missing parents below the existing directory ``top``.
+
+    Each created directory is made durable by fsyncing its parent. Raises OSError.
+    """
+    missing: list[Path] = []
+    current = path
+    while current != top and not current.is_dir():
+        missing.append(current)
+        current = current.parent
+    for directory in reversed(missing):
+        try:
+            fs.mkdir(directory)
+        except FileExistsError:
+            if not directory.is_dir():
+                raise
+            continue
+        fs.fsync_dir(directory.parent)
+
+
+def write_file_durably(fs: FileSystem, path: Path, data: bytes) -> None:
+    """Create ``path`` exclusively, write ``data``, fsync and close. Removes it on failure."""
+    fd = fs.create_new(path)
+    try:
+        fs.write_all(fd, data)
+        fs.fsync(fd)
+    except BaseException:
+        fs.close(fd)
+        discard(fs, path)
+        raise
+    fs.close(fd)
+
+
+def discard(fs: FileSystem, path: Path) -> None:
+    """Best-effort unlink of a temp file; a leftover is counted by the next physical scan."""
+    with contextlib.suppress(OSError):
+        fs.unlink(path)

@@ -1,0 +1,147 @@
+"""Paths and file names of the profiles-v1 store (reference facts §1).
+
+::
+
+    .baml/
+      .gitignore                     ensured to hold a standalone "*" line
+      profiles-v1.lock               lease: shared per open writer/reader call, exclusive for clean
+      profiles-v1/                   the root
+        publish.lock  usage.state  tmp/<uuid4 hex>.pending  tmp/usage-state.pending
+        streams/<euid hex32>/{stream.lock, meta/<seq:020>.bamlmeta, data/<seq:020>.bamldata}
+        cas/sha256/<2 hex>/<64 hex>.bamlvalue
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from baml_studio.format.cas import cas_relpath
+from baml_studio.store.config import BAML_DIR_NAME
+
+U64_MAX = (1 << 64) - 1
+SEQUENCE_DIGITS = 20
+PENDING_SUFFIX = ".pending"
+
+_STREAM_DIR = re.compile(r"[0-9a-f]{32}")
+_CAS_FILE = re.compile(r"([0-9a-f]{64})\.bamlvalue")
+_DIGITS = re.compile(r"[0-9]{20}")
+
+
+class Plane(enum.Enum):
+    """The two sequence spaces of a stream."""
+
+    META = "meta"
+    DATA = "data"
+
+    @property
+    def ext(self) -> str:
+        return "bamlmeta" if self is Plane.META else "bamldata"
+
+
+def segment_name(plane: Plane, sequence: int) -> str:
+    """``{sequence:020}.{ext}``, e.g. ``00000000000000000001.bamlmeta``."""
+    if not 1 <= sequence <= U64_MAX:
+        raise ValueError(f"segment sequence must be in 1..2**64-1, got {sequence}")
+    return f"{sequence:0{SEQUENCE_DIGITS}d}.{plane.ext}"
+
+
+def parse_segment_name(plane: Plane, name: str) -> int | None:
+    """The sequence of a well-formed segment name (a 20-ASCII-digit stem, 1..2**64-1), else None."""
+    stem, dot, ext = name.partition(".")
+    if not dot or ext != plane.ext or not _DIGITS.fullmatch(stem):
+        return None
+    sequence = int(stem)
+    return sequence if 1 <= sequence <= U64_MAX else None
+
+
+def parse_stream_dir_name(name: str) -> bytes | None:
+    """The euid of a stream directory (exactly 32 lowercase hex characters), else None."""
+    return bytes.fromhex(name) if _STREAM_DIR.fullmatch(name) else None
+
+
+def parse_cas_file_name(name: str) -> bytes | None:
+    """The CID of ``<64 hex>.bamlvalue``, else None."""
+    match = _CAS_FILE.fullmatch(name)
+    return bytes.fromhex(match.group(1)) if match else None
+
+
+@dataclass(frozen=True, slots=True)
+class StoreLayout:
+    """Every path of one store, derived from its root (the ``profiles-v1`` directory)."""
+
+    root: Path
+
+    @property
+    def lease_lock(self) -> Path:
+        """The sibling ``<root name>.lock`` (``.baml/profiles-v1.lock`` by default)."""
+        return self.root.parent / f"{self.root.name}.lock"
+
+    @property
+    def publish_lock(self) -> Path:
+        return self.root / "publish.lock"
+
+    @property
+    def usage_state(self) -> Path:
+        return self.root / "usage.state"
+
+    @property
+    def tmp_dir(self) -> Path:
+        return self.root / "tmp"
+
+    @property
+    def usage_pending(self) -> Path:
+        return self.tmp_dir / "usage-state.pending"
+
+    @property
+    def streams_dir(self) -> Path:
+        return self.root / "streams"
+
+    @property
+    def cas_dir(self) -> Path:
+        return self.root / "cas" / "sha256"
+
+    def new_tmp_path(self) -> Path:
+        return self.tmp_dir / f"{uuid.uuid4().hex}{PENDING_SUFFIX}"
+
+    def stream_dir(self, euid: bytes) -> Path:
+        if len(euid) != 16:
+            raise ValueError(f"a process euid is 16 bytes, got {len(euid)}")
+        return self.streams_dir / euid.hex()
+
+    def stream_lock(self, euid: bytes) -> Path:
+        return self.stream_dir(euid) / "stream.lock"
+
+    def plane_dir(self, euid: bytes, plane: Plane) -> Path:
+        return self.stream_dir(euid) / plane.value
+
+    def segment_path(self, euid: bytes, plane: Plane, sequence: int) -> Path:
+        return self.plane_dir(euid, plane) / segment_name(plane, sequence)
+
+    def cas_path(self, cid: bytes) -> Path:
+        """``cas/sha256/<2 hex>/<64 hex>.bamlvalue``."""
+        return self.root / cas_relpath(cid)
+
+
+def ensure_gitignore(root: Path) -> bool:
+    """Make ``.baml/.gitignore`` hold a standalone ``*`` line; only when root's parent is ``.baml``.
+
+    Creates the file or appends the line (after a newline if the file does not end with one).
+    Returns True if the file was written. Raises OSError.
+    """
+    if root.parent.name != BAML_DIR_NAME:
+        return False
+    path = root.parent / ".gitignore"
+    try:
+        existing = path.read_bytes()
+    except FileNotFoundError:
+        existing = b""
+    if any(line.rstrip(b"\r \t") == b"*" for line in existing.splitlines()):
+        return False
+    prefix = b"\n" if existing and not existing.endswith(b"\n") else b""
+    with path.open("ab") as handle:
+        handle.write(prefix + b"*\n")
+    return True
