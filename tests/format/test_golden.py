@@ -140,6 +140,22 @@ def test_function_table_golden() -> None:
     assert hashlib.sha256(body).hexdigest() == FUNCTION_TABLE_GOLDEN
     assert decode_function_table(body) == function_table_fixture()
     assert function_table_cid(function_table_fixture()) == value_cid(CODEC_FUNCTION_TABLE, body)
+    table = function_table_fixture()
+    assert table.function(2) is table.functions[1] and table.function(3) is None
+    assert table.file_path(3) == "app.baml" and table.file_path(1) is None
+    assert [FunctionKind(k).sql for k in range(4)] == [
+        "bytecode",
+        "sysop",
+        "native",
+        "native_unresolved",
+    ]
+    assert [o.sql for o in FunctionOrigin] == [
+        "user",
+        "companion",
+        "internal",
+        "builtin",
+        "auto_derive",
+    ]
 
 
 def test_program_id_golden_is_order_independent() -> None:

@@ -48,7 +48,9 @@ def meta_bytes(euid: bytes, sequence: int, records: tuple[MetaRecord, ...] = ())
 def data_bytes(euid: bytes, sequence: int, roots: tuple[ThreadRef, ...] = ()) -> bytes:
     roots = roots or (ThreadRef(euid, 1, sequence),)
     groups = tuple(
-        DataGroup(root, CctSection(), (ThreadStart(root, None, None, None, 5, ThreadKind.ROOT, "main"),))
+        DataGroup(
+            root, CctSection(), (ThreadStart(root, None, None, None, 5, ThreadKind.ROOT, "main"),)
+        )
         for root in sorted(roots)
     )
     return encode_data_segment(DataSegment(sequence, euid, groups))
@@ -98,8 +100,14 @@ class FaultyFs(OsFileSystem):
     free: int | None = None
     before_rename: Callable[[Path, Path], None] | None = None
 
-    def fail(self, op: str, code: int = errno.EIO, *, when: Callable[[Path], bool] | None = None,
-             times: int = 1) -> None:
+    def fail(
+        self,
+        op: str,
+        code: int = errno.EIO,
+        *,
+        when: Callable[[Path], bool] | None = None,
+        times: int = 1,
+    ) -> None:
         self.faults[op] = Fault(oserror(code), when or (lambda _p: True), times)
 
     def _check(self, op: str, path: Path | None) -> None:

@@ -179,3 +179,24 @@ def test_no_tmp_files_and_no_partial_finals_after_many_failures(root: Path, euid
     assert sorted(expected) == [
         layout.segment_path(euid, Plane.META, n) for n in range(1, len(expected) + 1)
     ]
+
+
+def test_a_publication_is_four_fsyncs_in_order(root: Path, euid: bytes) -> None:
+    fs = FaultyFs()
+    layout = StoreLayout(root)
+    with StreamStore.open(root, euid, fs=fs) as store:
+        store.publish_meta(meta_encoder(euid))
+        fs.calls.clear()
+        assert store.publish_meta(meta_encoder(euid)) == Committed(2)
+    ops = [op for op, _ in fs.calls]
+    assert ops == [
+        "create_new", "write_all", "fsync", "rename", "fsync_dir",
+        "create_new", "write_all", "fsync", "rename", "fsync_dir",
+    ]  # fmt: skip
+    paths = [Path(p) for _, p in fs.calls]
+    assert paths[0].parent == layout.tmp_dir and paths[0].suffix == ".pending"
+    assert paths[3] == layout.segment_path(euid, Plane.META, 2)
+    assert paths[4] == layout.plane_dir(euid, Plane.META)
+    assert paths[5] == layout.usage_pending
+    assert paths[8] == layout.usage_state
+    assert paths[9] == layout.root

@@ -41,14 +41,9 @@ from baml_studio.store import (
 
 def _populate(root: Path, euid: bytes, executions: int = 2) -> list[ThreadRef]:
     roots = [ThreadRef(euid, 1, n) for n in range(1, executions + 1)]
+    header = (StreamStarted(1, 2, "0.17.0", "linux-x86_64"), EngineStarted(1, b"\x11" * 16))
     with StreamStore.open(root, euid) as store:
-        store.publish_meta(
-            meta_encoder(
-                euid,
-                (StreamStarted(1, 2, "0.17.0", "linux-x86_64"), EngineStarted(1, b"\x11" * 16))
-                + tuple(root_started(r) for r in roots),
-            )
-        )
+        store.publish_meta(meta_encoder(euid, (*header, *(root_started(r) for r in roots))))
         store.publish_data(data_encoder(euid, tuple(roots)))
         store.publish_data(data_encoder(euid, (roots[0],)))
         store.publish_meta(meta_encoder(euid, tuple(root_ended(r, 1) for r in roots)))
@@ -90,6 +85,7 @@ def test_listing_ignores_foreign_names(root: Path, euid: bytes) -> None:
     streams = root / "streams"
     for name in ("not-a-stream", "AB" * 16, "ab" * 15):
         (streams / name).mkdir()
+    (streams / ("cd" * 16)).write_text("a file, not a stream directory")
     (streams / euid.hex() / "meta" / "readme.txt").write_text("x")
     (streams / euid.hex() / "meta" / "00000000000000000003.bamlmeta.pending").write_text("x")
     reader = StoreReader(root)
@@ -210,9 +206,7 @@ def _publish_random(root: Path, rng: random.Random) -> list[Path]:
                 assert isinstance(store.publish_meta(meta_encoder(euid)), Committed)
                 assert isinstance(store.publish_data(data_encoder(euid)), Committed)
                 store.publish_cas(rng.choice([1, 2]), rng.randbytes(rng.randint(0, 64)))
-    finals = [
-        p for p in root.rglob("*") if p.suffix in {".bamlmeta", ".bamldata", ".bamlvalue"}
-    ]
+    finals = [p for p in root.rglob("*") if p.suffix in {".bamlmeta", ".bamldata", ".bamlvalue"}]
     return sorted(finals)
 
 

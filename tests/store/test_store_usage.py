@@ -42,7 +42,8 @@ def test_layout_of_the_ledger() -> None:
     assert raw[8:16] == bytes.fromhex("0102030405060708")
     assert raw[16:] == hashlib.sha256(b"BAMLUSE1" + bytes.fromhex("0102030405060708")).digest()
     assert encode_usage_state(48).hex() == (
-        "42414d4c55534531" "0000000000000030"
+        "42414d4c55534531"
+        "0000000000000030"
         + hashlib.sha256(bytes.fromhex("42414d4c555345310000000000000030")).hexdigest()
     )
 

@@ -72,10 +72,15 @@ def test_open_scan_ignores_ill_formed_names(root: Path, euid: bytes) -> None:
     with StreamStore.open(root, euid) as store:
         store.publish_meta(meta_encoder(euid))
     meta_dir = StoreLayout(root).plane_dir(euid, Plane.META)
-    for name in ("0000000000000000009.bamlmeta", "000000000000000000009.bamlmeta",
-                 "0000000000000000000a.bamlmeta", "00000000000000000009.bamldata",
-                 "00000000000000000000.bamlmeta", "99999999999999999999.bamlmeta",
-                 "00000000000000000009.bamlmeta.pending"):
+    for name in (
+        "0000000000000000009.bamlmeta",
+        "000000000000000000009.bamlmeta",
+        "0000000000000000000a.bamlmeta",
+        "00000000000000000009.bamldata",
+        "00000000000000000000.bamlmeta",
+        "99999999999999999999.bamlmeta",
+        "00000000000000000009.bamlmeta.pending",
+    ):
         (meta_dir / name).write_bytes(b"junk")
     with StreamStore.open(root, euid) as store:
         assert store.high_water.meta == 1
@@ -173,9 +178,7 @@ def test_sequence_exhausted(root: Path, euid: bytes) -> None:
     layout.segment_path(euid, Plane.META, last).write_bytes(meta_bytes(euid, last))
     with StreamStore.open(root, euid) as store:
         assert store.high_water.meta == last
-        assert store.publish_meta(meta_encoder(euid)) == Lost(
-            StoreFailureReason.SEQUENCE_EXHAUSTED
-        )
+        assert store.publish_meta(meta_encoder(euid)) == Lost(StoreFailureReason.SEQUENCE_EXHAUSTED)
         assert store.publish_data(data_encoder(euid)) == Committed(1)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from baml_studio.format.errors import (
     EncodeError,
@@ -126,32 +126,58 @@ class Reader:
     def _advance(self, size: int) -> int:
         start = self.pos
         if size < 0 or size > self._end - start:
-            raise Truncated(f"need {size} bytes at offset {start}, {self._end - start} left")
+            self._short(size)
         self.pos = start + size
         return start
 
+    def _short(self, size: int) -> NoReturn:
+        left = self._end - self.pos
+        raise Truncated(f"need {size} bytes at offset {self.pos}, {left} left")
+
+    # The readers below inline the bounds check: they run once per field of every record.
+
     def unpack(self, fmt: struct.Struct) -> tuple[Any, ...]:
-        return fmt.unpack_from(self._mv, self._advance(fmt.size))
+        start = self.pos
+        if fmt.size > self._end - start:
+            self._short(fmt.size)
+        self.pos = start + fmt.size
+        return fmt.unpack_from(self._mv, start)
 
     def u8(self) -> int:
-        return self._mv[self._advance(1)]
+        start = self.pos
+        if start >= self._end:
+            self._short(1)
+        self.pos = start + 1
+        return self._mv[start]
 
     def u16(self) -> int:
         return int(_U16.unpack_from(self._mv, self._advance(2))[0])
 
     def u32(self) -> int:
-        return int(_U32.unpack_from(self._mv, self._advance(4))[0])
+        start = self.pos
+        if start + 4 > self._end:
+            self._short(4)
+        self.pos = start + 4
+        return int(_U32.unpack_from(self._mv, start)[0])
 
     def u64(self) -> int:
-        return int(_U64.unpack_from(self._mv, self._advance(8))[0])
+        start = self.pos
+        if start + 8 > self._end:
+            self._short(8)
+        self.pos = start + 8
+        return int(_U64.unpack_from(self._mv, start)[0])
 
     def u128(self) -> int:
         start = self._advance(16)
         return int.from_bytes(self._mv[start : start + 16], "big")
 
     def raw(self, size: int) -> bytes:
-        start = self._advance(size)
-        return self._mv[start : start + size].tobytes()
+        start = self.pos
+        end = start + size
+        if size < 0 or end > self._end:
+            self._short(size)
+        self.pos = end
+        return self._mv[start:end].tobytes()
 
     def view(self, size: int) -> memoryview:
         """The next ``size`` bytes as a zero-copy view."""

@@ -382,7 +382,11 @@ def encode_fact(fact: Fact) -> bytes:
 
 
 def encode_evidence_payload(facts: Sequence[Fact]) -> bytes:
-    """``u64 fact_count ‖ fact*``."""
+    """``u64 fact_count ‖ fact*``; refuses a second ThreadStart/ThreadEnd for one thread."""
+    for kind in (ThreadStart, ThreadEnd):
+        threads = [fact.thread for fact in facts if isinstance(fact, kind)]
+        if len(set(threads)) != len(threads):
+            raise EncodeError(f"two {kind.__name__} facts for one thread in one payload")
     return len(facts).to_bytes(8, "big") + b"".join(encode_fact(fact) for fact in facts)
 
 

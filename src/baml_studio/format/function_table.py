@@ -16,6 +16,7 @@ otherwise). ``kind``/``origin`` 255 means unknown; any unlisted code decodes to 
 from __future__ import annotations
 
 import enum
+from bisect import bisect_left
 from dataclasses import dataclass
 
 from baml_studio.format.binio import Buffer, Reader, Writer
@@ -88,10 +89,16 @@ class FunctionTable:
     files: tuple[SourceFile, ...] = ()
 
     def function(self, function_id: int) -> FunctionEntry | None:
-        return next((f for f in self.functions if f.function_id == function_id), None)
+        """The entry for ``function_id`` (binary search: functions are sorted by id)."""
+        index = bisect_left(self.functions, function_id, key=lambda f: f.function_id)
+        found = index < len(self.functions) and self.functions[index].function_id == function_id
+        return self.functions[index] if found else None
 
     def file_path(self, file_id: int) -> str | None:
-        return next((f.path for f in self.files if f.file_id == file_id), None)
+        """The path of ``file_id`` (binary search: files are sorted by id)."""
+        index = bisect_left(self.files, file_id, key=lambda f: f.file_id)
+        found = index < len(self.files) and self.files[index].file_id == file_id
+        return self.files[index].path if found else None
 
 
 _KINDS = {int(k): k for k in FunctionKind}

@@ -68,7 +68,8 @@ def _recorder() -> Recorder | None:
 def _arg_binder(
     fn: Callable[..., Any],
 ) -> Callable[[tuple[Any, ...], dict[str, Any]], dict[str, Any]]:
-    """Map a call's arguments to ``{declared parameter name: value}`` (``argN`` fallback)."""
+    """Map a call's arguments to ``{declared parameter name: value}``, defaults included
+    (``argN`` for extra positional arguments)."""
     try:
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
@@ -79,6 +80,12 @@ def _arg_binder(
         if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     ]
     count = len(positional)
+    keyword_kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    defaults = {
+        p.name: p.default
+        for p in params
+        if p.kind in keyword_kinds and p.default is not inspect.Parameter.empty
+    }
 
     def bind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         if len(args) <= count:
@@ -89,6 +96,10 @@ def _arg_binder(
                 bound[f"arg{index}"] = args[index]
         if kwargs:
             bound.update(kwargs)
+        if defaults:
+            for name, default in defaults.items():
+                if name not in bound:
+                    bound[name] = default
         return bound
 
     return bind

@@ -17,6 +17,7 @@ from baml_studio.profiler.registry import REGISTRY, FunctionRegistry
 from baml_studio.profiler.runtime import ProfilerStats, Recorder
 from baml_studio.store.config import DiskBudget
 from baml_studio.store.errors import StoreError
+from baml_studio.store.fsops import FileSystem
 from baml_studio.store.writer import StreamStore
 
 
@@ -35,7 +36,14 @@ class Profiler:
     With ``config.enabled`` false nothing is opened, created or recorded.
     """
 
-    def __init__(self, config: ProfilerConfig, registry: FunctionRegistry = REGISTRY) -> None:
+    def __init__(
+        self,
+        config: ProfilerConfig,
+        registry: FunctionRegistry = REGISTRY,
+        *,
+        fs: FileSystem | None = None,
+    ) -> None:
+        """``fs`` replaces the store's file-system operations (tests inject failures with it)."""
         self.config = config
         self.enabled = config.enabled
         self.euid = uuid.uuid4().bytes
@@ -60,7 +68,7 @@ class Profiler:
         if config.max_project_bytes is not None:
             budget = DiskBudget(config.max_project_bytes, config.minimum_free_bytes)
         try:
-            self._store = StreamStore.open(config.store_root, self.euid, budget)
+            self._store = StreamStore.open(config.store_root, self.euid, budget, fs=fs)
         except StoreError as exc:
             self.open_error = exc
         self.consumer = Consumer(

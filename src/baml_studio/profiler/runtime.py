@@ -65,6 +65,8 @@ _THREAD_STATUS = {
     FunctionEndStatus.CANCELLED: ThreadEndStatus.CANCELLED,
     FunctionEndStatus.EXITED: ThreadEndStatus.ERRORED,
 }
+DROPPED = Execution(ThreadRef(bytes(16), 0, 0), EngineState(0, 0), bytes(16), 0)
+"""The execution a root beyond the slots belongs to: nothing under it is recorded."""
 _get_loop = asyncio.events._get_running_loop
 _perf = time.perf_counter_ns
 
@@ -244,10 +246,12 @@ class Recorder:
             else None
         )
         selected = SELECT_LLM if info.llm else 0
+        if parent is not None and parent.thread.execution is DROPPED:
+            return None
         if parent is None or parent.thread.execution.closed:
             thread = self._new_execution(now, runner)
             if thread is None:
-                return None
+                return self._dropped_root(info, now, runner)
             parent = None
             edge, parent_key, selected = 0, None, selected | SELECT_ROOT
         elif parent.thread.runner != runner:
@@ -279,6 +283,15 @@ class Recorder:
             elif roles & ROLE_INPUT:
                 self._value(frame, ValueRole.INPUT, args or {})
         return frame, token
+
+    def _dropped_root(
+        self, info: FunctionInfo, now: int, runner: tuple[int, int]
+    ) -> tuple[Frame, contextvars.Token[Frame | None]]:
+        """A root beyond the execution slots: its whole subtree runs unrecorded."""
+        thread = LogicalThread(DROPPED.root, DROPPED, runner)
+        frame = Frame(CallRef(DROPPED.root, 0), None, thread, b"", info.function_id, now, 0, 0, 0)
+        frame.dropped = True
+        return frame, CURRENT.set(frame)
 
     def _value(self, frame: Frame, role: ValueRole, value: Any) -> None:
         ex = frame.thread.execution
@@ -314,7 +327,8 @@ class Recorder:
                 status = FunctionEndStatus.CANCELLED
             elif isinstance(exc, Exception):
                 status = FunctionEndStatus.ERRORED
-                self._error(frame, exc)
+                if frame.thread.execution is not DROPPED:
+                    self._error(frame, exc)
             else:
                 status = FunctionEndStatus.EXITED
             self._end(frame, token, status)
@@ -369,6 +383,8 @@ class Recorder:
             CURRENT.reset(token)
         except ValueError:
             CURRENT.set(frame.parent)
+        if frame.thread.execution is DROPPED:
+            return
         if frame.parent is not None and frame.edge == 1:
             frame.parent.child_ns += inclusive
         ex = frame.thread.execution

@@ -15,6 +15,7 @@ publication gets exactly one attempt past a latched gate, still subject to the b
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -154,7 +155,7 @@ class Publisher:
         except OSError as exc:
             return self._lost(exc)
         try:
-            if final.exists():
+            if os.path.lexists(final):
                 discard(self._fs, tmp)
                 return Exists()
             ensure_dirs(self._fs, self._layout.root, final.parent)

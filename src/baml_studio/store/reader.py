@@ -42,7 +42,7 @@ class StoreReader:
         """Euids of stream directories (only 32-lowercase-hex names), sorted."""
         with self._lease():
             try:
-                names = [p.name for p in self._layout.streams_dir.iterdir()]
+                names = [p.name for p in self._layout.streams_dir.iterdir() if p.is_dir()]
             except FileNotFoundError:
                 return []
             except OSError as exc:

@@ -105,7 +105,9 @@ def scan_store(layout: StoreLayout, is_alive: Callable[[bytes], bool]) -> StoreS
     executions: dict[ThreadRef, _Execution] = {}
     engines: dict[tuple[bytes, int], EngineStarted] = {}
     streams = [
-        _scan_stream(layout, euid, is_alive(euid), corruptions, executions, engines)
+        _scan_stream(
+            layout, euid, _alive(is_alive, euid, corruptions), corruptions, executions, engines
+        )
         for euid in _stream_euids(layout, corruptions)
     ]
     cas = check_cas(layout)
@@ -144,7 +146,8 @@ def check_cas(layout: StoreLayout) -> CasCheck:
 
 
 def _stream_euids(layout: StoreLayout, corruptions: list[StoreCorruption]) -> list[bytes]:
-    euids = (parse_stream_dir_name(name) for name in _listdir(layout.streams_dir, corruptions))
+    names = _listdir(layout.streams_dir, corruptions)
+    euids = (parse_stream_dir_name(n) for n in names if (layout.streams_dir / n).is_dir())
     return sorted(euid for euid in euids if euid is not None)
 
 
@@ -201,6 +204,16 @@ def _index(
         elif isinstance(record, RootEnded):
             execution = executions.setdefault(record.root, _Execution())
             execution.ended = execution.ended or record
+
+
+def _alive(
+    is_alive: Callable[[bytes], bool], euid: bytes, corruptions: list[StoreCorruption]
+) -> bool:
+    try:
+        return is_alive(euid)
+    except StoreIoError as error:
+        corruptions.append(StoreCorruption(error.path, error))
+        return False
 
 
 def _listdir(path: Path, corruptions: list[StoreCorruption]) -> list[str]:

@@ -140,34 +140,28 @@ def key_field(key: str) -> bytes:
 def list_body(items: Iterable[bytes]) -> bytes:
     """``PbValue{list}`` from already encoded item bodies."""
     parts = [TAG_LIST, b""]
-    total = 0
     small = _SMALL
     for vb in items:
         n = len(vb)
-        vh = small[n] if n < 128 else varint(n)
-        parts += (TAG_F2, vh, vb)
-        total += 1 + len(vh) + n
-    parts[1] = varint(total)
+        parts += (TAG_F2, small[n] if n < 128 else varint(n), vb)
+    parts[1] = varint(sum(map(len, parts)) - 1)
     return b"".join(parts)
 
 
 def entries_body(class_name: str | None, pairs: Iterable[tuple[str, bytes]]) -> bytes:
     """``PbValue{map}`` (``class_name is None``) or ``PbValue{class}`` from encoded entry values."""
     if class_name is None:
-        parts, entry_tag, total = [TAG_MAP, b""], TAG_F3, 0
-    else:
-        head = key_field(class_name)  # PbClass.name is field 1 too
-        parts, entry_tag, total = [TAG_CLASS, b"", head], TAG_F2, len(head)
+        parts, entry_tag = [TAG_MAP, b""], TAG_F3
+    else:  # PbClass.name is field 1, like PbMapEntry.key
+        parts, entry_tag = [TAG_CLASS, b"", key_field(class_name)], TAG_F2
     small, keys = _SMALL, _KEY_FIELDS
     for key, vb in pairs:
         kf = keys.get(key) or key_field(key)
         n = len(vb)
         vh = small[n] if n < 128 else varint(n)
         inner = len(kf) + 1 + len(vh) + n
-        ih = small[inner] if inner < 128 else varint(inner)
-        parts += (entry_tag, ih, kf, TAG_F2, vh, vb)
-        total += 1 + len(ih) + inner
-    parts[1] = varint(total)
+        parts += (entry_tag, small[inner] if inner < 128 else varint(inner), kf, TAG_F2, vh, vb)
+    parts[1] = varint(sum(map(len, parts)) - len(parts[0]))
     return b"".join(parts)
 
 

@@ -1,0 +1,209 @@
+"""The profiler never raises into or blocks the application; every drop is a counted loss."""
+
+from __future__ import annotations
+
+import errno
+import threading
+from pathlib import Path
+
+from readback import load
+
+from baml_studio.format.records import (
+    RootStatus,
+    SpanStart,
+    ValueAvailable,
+    ValueLossReason,
+    ValueLost,
+    ValueOccurrence,
+    ValueRole,
+)
+from baml_studio.profiler import Profiler, ProfilerConfig, baml_function
+from baml_studio.store import AdmissionGate, OsFileSystem, StoreReader
+
+
+@baml_function(name="losses.Echo", llm=True)
+def echo(payload: object) -> object:
+    return payload
+
+
+@baml_function(name="losses.Root")
+def root(n: int) -> int:
+    return sum(len(str(echo(i))) for i in range(n))
+
+
+class Unencodable:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        raise RuntimeError("repr explodes")
+
+
+def _profiler(store_root: Path, **overrides: object) -> Profiler:
+    config = ProfilerConfig(store_root=store_root, publish_interval_s=None, **overrides)  # type: ignore[arg-type]
+    return Profiler(config).activate()
+
+
+def test_profiler_off_creates_nothing_and_calls_still_work(tmp_path: Path) -> None:
+    config = ProfilerConfig.from_env(
+        {"BAML_PROFILE": "0", "BAML_PROFILE_DIR": str(tmp_path / "store")}
+    )
+    assert not config.enabled
+    prof = Profiler(config).activate()
+    assert root(3) == 3
+    assert prof.flush()
+    prof.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_from_env_reads_interval_and_dir(tmp_path: Path) -> None:
+    env = {"BAML_PROFILE_DIR": str(tmp_path / "x"), "BAML_PROFILE_PUBLISH_INTERVAL_MS": "250"}
+    config = ProfilerConfig.from_env(env)
+    assert config.store_root == tmp_path / "x" and config.publish_interval_s == 0.25
+    assert (
+        ProfilerConfig.from_env({"BAML_PROFILE_PUBLISH_INTERVAL_MS": "MAX"}).publish_interval_s
+        is None
+    )
+    default = ProfilerConfig.from_env({}, project_dir=tmp_path)
+    assert default.store_root == tmp_path / ".baml" / "profiles-v1" and default.enabled
+
+
+def test_value_over_the_ceiling_is_lost_as_too_large(store_root: Path) -> None:
+    prof = _profiler(store_root, max_value_bytes=1000)
+    big = "x" * 50_000
+    assert echo(big) == big
+    echo("small")
+    prof.close()
+    ex = [e for e in load(store_root).executions.values()]
+    states = [v.value for e in ex for v in e.of(ValueOccurrence)]
+    assert ValueLost(ValueLossReason.VALUE_TOO_LARGE) in states
+    assert any(isinstance(s, ValueAvailable) for s in states)
+
+
+def test_values_over_32_kib_are_kept_as_cas_objects(store_root: Path) -> None:
+    prof = _profiler(store_root)
+    document = "lorem ipsum " * 4000
+    echo(document)
+    prof.close()
+    view = load(store_root)
+    ex = view.only()
+    output = next(v for v in ex.of(ValueOccurrence) if v.role == ValueRole.OUTPUT)
+    assert isinstance(output.value, ValueAvailable) and output.value.encoded_bytes > 32 * 1024
+    assert view.value(output.value) == document
+
+
+def test_a_value_whose_capture_raises_is_recorded_as_omitted(store_root: Path) -> None:
+    prof = _profiler(store_root)
+    thing = Unencodable()
+    assert echo(thing) is thing
+    prof.close()
+    view = load(store_root)
+    ex = view.only()
+    assert ex.ended is not None and ex.ended.status == RootStatus.SUCCEEDED
+    values = {v.role: view.value(v.value) for v in ex.of(ValueOccurrence)}
+    assert set(values[ValueRole.INPUT]["payload"]) == {"$omitted"}
+    assert "RuntimeError" in values[ValueRole.INPUT]["payload"]["$omitted"]
+    assert prof.stats.internal_errors == 0
+
+
+def test_full_event_queue_drops_are_counted_per_execution(store_root: Path) -> None:
+    prof = _profiler(store_root, max_queued_events=5)
+    prof.recorder.wake.clear()
+    # the consumer may drain concurrently; hold it off by making the queue tiny and the work large
+    assert root(200) == sum(len(str(i)) for i in range(200))
+    prof.close()
+    view = load(store_root)
+    dropped = prof.stats.events_dropped
+    assert dropped > 0
+    health = [e.ended.health for e in view.executions.values() if e.ended is not None]
+    counted = sum(
+        h.structural_transport_exceeded + h.value_attempt_transport_exceeded for h in health
+    )
+    assert counted + sum(h.unmatched_thread_facts for h in health) == dropped
+
+
+def test_roots_beyond_the_execution_slots_are_dropped_and_counted(store_root: Path) -> None:
+    prof = _profiler(store_root, execution_slots=1)
+    inside, release = threading.Event(), threading.Event()
+
+    @baml_function(name="losses.Hold")
+    def hold() -> str:
+        inside.set()
+        release.wait(10)
+        return "held"
+
+    worker = threading.Thread(target=hold)
+    worker.start()
+    assert inside.wait(10)
+    assert root(2) == 2  # runs unrecorded
+    release.set()
+    worker.join()
+    prof.close()
+    assert prof.stats.roots_dropped == 1
+    assert len(load(store_root).executions) == 1
+
+
+def test_exhausted_disk_budget_latches_and_the_app_is_unaffected(store_root: Path) -> None:
+    prof = _profiler(store_root, max_project_bytes=4096)
+    for _ in range(30):
+        assert root(5) == 5
+        prof.flush()
+    assert prof.store is not None and prof.store.gate == AdmissionGate.DISK
+    prof.close()
+    stats = prof.stats
+    assert stats.cas_lost + stats.data_segments_lost + stats.meta_batch_lost > 0
+    scan = StoreReader(store_root).scan()
+    assert scan.corruptions == ()
+    usage = sum(p.stat().st_size for p in store_root.rglob("*") if p.is_file())
+    assert usage <= 4096 + 48
+
+
+class FullDisk(OsFileSystem):
+    """A disk that fills up after ``budget`` bytes of writes."""
+
+    def __init__(self, budget: int) -> None:
+        self.left = budget
+
+    def write_all(self, fd: int, data: bytes) -> None:
+        if len(data) > self.left:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.left -= len(data)
+        super().write_all(fd, data)
+
+
+def test_enospc_becomes_counted_losses_and_files_stay_whole(store_root: Path) -> None:
+    config = ProfilerConfig(store_root=store_root, publish_interval_s=None)
+    prof = Profiler(config, fs=FullDisk(6000)).activate()
+    results = [root(4) for _ in range(40)]
+    assert results == [4] * 40
+    prof.close()
+    assert prof.store is not None and prof.store.gate == AdmissionGate.DISK
+    lost = prof.stats.cas_lost + prof.stats.data_segments_lost + prof.stats.meta_batch_lost
+    assert lost > 0
+    scan = StoreReader(store_root).scan()
+    assert scan.corruptions == ()
+    # values whose CAS object could not be written are recorded as lost, never dangling
+    view = load(store_root)
+    for ex in view.executions.values():
+        for occurrence in ex.of(ValueOccurrence):
+            if isinstance(occurrence.value, ValueAvailable):
+                view.value(occurrence.value)
+
+
+def test_abandoned_executions_end_at_close(store_root: Path) -> None:
+    prof = _profiler(store_root)
+    inside, release = threading.Event(), threading.Event()
+
+    @baml_function(name="losses.Forever")
+    def forever() -> None:
+        inside.set()
+        release.wait(10)
+
+    worker = threading.Thread(target=forever)
+    worker.start()
+    assert inside.wait(10)
+    prof.close()
+    release.set()
+    worker.join()
+    ex = load(store_root).only()
+    assert ex.ended is not None and ex.ended.status == RootStatus.ABANDONED
+    assert len(ex.of(SpanStart)) == 1
