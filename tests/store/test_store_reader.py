@@ -210,7 +210,7 @@ def _publish_random(root: Path, rng: random.Random) -> list[Path]:
     return sorted(finals)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(min_value=0, max_value=2**32 - 1))
 def test_fuzz_scan_reports_exactly_the_corrupted_files(seed: int) -> None:
     rng = random.Random(seed)

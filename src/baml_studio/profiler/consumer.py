@@ -49,6 +49,7 @@ from baml_studio.format.records import (
     TerminalErrorRef,
     ThreadEnd,
     ThreadEndStatus,
+    ThreadStart,
     ThrowSite,
     ValueAvailable,
     ValueLossReason,
@@ -186,7 +187,7 @@ class Consumer:
         elif op == ev.ERROR:
             self._error(buf, event)
         elif op == ev.THREAD_STARTED:
-            self._add(buf, event[2], FACT_BYTES_ESTIMATE)
+            self._add(buf, ThreadStart(*event[2:]), FACT_BYTES_ESTIMATE)
         elif op == ev.THREAD_ENDED:
             _, _, thread, ended, status = event
             self._add(buf, ThreadEnd(thread, ended, ThreadEndStatus(status)), 60)

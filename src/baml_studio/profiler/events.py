@@ -7,7 +7,6 @@ encoding, hash and file write happens on the consumer. Each event starts with it
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +14,7 @@ from baml_studio.format.ids import CallRef, ThreadRef
 from baml_studio.format.records import HEALTH_FIELDS, RootStatus
 
 ROOT_STARTED = 0  # (op, ex)
-THREAD_STARTED = 1  # (op, ex, ThreadStart)
+THREAD_STARTED = 1  # (op, ex, *ThreadStart fields)
 SPAN_STARTED = 2  # (op, ex, call, parent_call, thread, key, fid, site, edge, started, sel, roles)
 VALUE = 3  # (op, ex, call, key, role, snapshot | None, loss reason | None)
 CALL_ENDED = 4  # (op, ex, key, status, inclusive, child_ns, await_ns, await_count, span_end)
@@ -64,7 +63,6 @@ class LogicalThread:
     runner: tuple[int, int]
     next_call: int = 0
     unwind_ordinal: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 @dataclass(eq=False, slots=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import os
+import random
 import threading
 import time
 from collections import deque
@@ -39,7 +40,6 @@ from baml_studio.format.records import (
     RootStatus,
     ThreadEndStatus,
     ThreadKind,
-    ThreadStart,
     ValueLossReason,
     ValueRole,
 )
@@ -67,6 +67,8 @@ _THREAD_STATUS = {
 }
 DROPPED = Execution(ThreadRef(bytes(16), 0, 0), EngineState(0, 0), bytes(16), 0)
 """The execution a root beyond the slots belongs to: nothing under it is recorded."""
+_RUNTIME_IDS = random.Random(os.urandom(32))
+"""Host runtime tokens only need to be unique, not secret; this is 5x cheaper than urandom."""
 _get_loop = asyncio.events._get_running_loop
 _perf = time.perf_counter_ns
 
@@ -185,11 +187,11 @@ class Recorder:
             self.open_executions += 1
             engine = self._engine_for_root()
             ref = ThreadRef(self.euid, engine.engine_id, engine.new_thread_id())
-        ex = Execution(ref, engine, os.urandom(16), now)
+        ex = Execution(ref, engine, _RUNTIME_IDS.randbytes(16), now)
         thread = LogicalThread(ref, ex, runner)
         self.events.append((ev.ROOT_STARTED, ex))
-        start = ThreadStart(ref, None, None, None, now, ThreadKind.ROOT, _runner_name())
-        self._push((ev.THREAD_STARTED, ex, start), ex, "unmatched_thread_facts")
+        start = (ev.THREAD_STARTED, ex, ref, None, None, None, now, ThreadKind.ROOT, _runner_name())
+        self._push(start, ex, "unmatched_thread_facts")
         return thread
 
     def _spawn_thread(
@@ -200,10 +202,11 @@ class Recorder:
             ex.leases += 1
             ref = ThreadRef(self.euid, ex.engine.engine_id, ex.engine.new_thread_id())
         thread = LogicalThread(ref, ex, runner)
-        start = ThreadStart(
-            ref, parent.thread.ref, parent.call, site, now, ThreadKind.SPAWN, _runner_name()
-        )
-        self._push((ev.THREAD_STARTED, ex, start), ex, "unmatched_thread_facts")
+        start = (
+            ev.THREAD_STARTED, ex, ref, parent.thread.ref, parent.call, site, now,
+            ThreadKind.SPAWN, _runner_name(),
+        )  # fmt: skip
+        self._push(start, ex, "unmatched_thread_facts")
         return thread
 
     def _release(self, thread: LogicalThread, now: int, status: FunctionEndStatus) -> None:
@@ -220,7 +223,6 @@ class Recorder:
             ex.ended_ns = now
             self.open_executions -= 1
         self.events.append((ev.ROOT_ENDED, ex))
-        self.wake.set()
 
     # --- calls ---------------------------------------------------------------------------------
 
