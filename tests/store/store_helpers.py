@@ -146,6 +146,10 @@ class FaultyFs(OsFileSystem):
         self._check("mkdir", path)
         super().mkdir(path)
 
+    def sync_filesystem(self, path: Path) -> None:
+        self._check("sync_filesystem", path)
+        super().sync_filesystem(path)
+
     def free_bytes(self, path: Path) -> int:
         self._check("free_bytes", path)
         return self.free if self.free is not None else super().free_bytes(path)

@@ -318,7 +318,7 @@ class Consumer:
             self.rec.stats.cas_lost += len(staged)
             return dict.fromkeys(staged, reason)
         assert self.store is not None
-        results = [self.store.publish_cas(CODEC_VALUE, body) for body in staged.values()]
+        results = self.store.publish_cas_batch([(CODEC_VALUE, body) for body in staged.values()])
         for cid, result in zip(staged, results, strict=True):
             loss = _cas_loss(result)
             if loss is None:

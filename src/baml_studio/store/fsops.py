@@ -7,7 +7,9 @@ final directory, a full disk on write, a rename that fails) without touching the
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -36,6 +38,10 @@ class FileSystem(Protocol):
 
     def free_bytes(self, path: Path) -> int:
         """Bytes available to an unprivileged writer on the filesystem holding ``path``."""
+
+    def sync_filesystem(self, path: Path) -> None:
+        """Make every write so far on the filesystem holding ``path`` durable (``syncfs``):
+        file data, metadata and directory entries. One barrier for a batch of files."""
 
 
 class OsFileSystem:
@@ -76,6 +82,32 @@ class OsFileSystem:
         stats = os.statvfs(path)
         return stats.f_bavail * stats.f_frsize
 
+    def sync_filesystem(self, path: Path) -> None:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            _syncfs(fd)
+        finally:
+            os.close(fd)
+
+
+def _load_syncfs() -> Callable[[int], None]:
+    """``syncfs(2)`` through libc where it exists (Linux); ``os.sync()`` elsewhere."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        native = libc.syncfs
+    except (OSError, AttributeError):
+        return lambda fd: os.sync()
+
+    def syncfs(fd: int) -> None:
+        if native(fd) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, os.strerror(code))
+
+    return syncfs
+
+
+_syncfs = _load_syncfs()
+
 
 def ensure_dirs(fs: FileSystem, top: Path, path: Path) -> None:
     """Create ``path`` and its missing parents below the existing directory ``top``.
@@ -103,6 +135,19 @@ def write_file_durably(fs: FileSystem, path: Path, data: bytes) -> None:
     try:
         fs.write_all(fd, data)
         fs.fsync(fd)
+    except BaseException:
+        fs.close(fd)
+        discard(fs, path)
+        raise
+    fs.close(fd)
+
+
+def write_file(fs: FileSystem, path: Path, data: bytes) -> None:
+    """Create ``path`` exclusively and write ``data`` without an fsync (the caller syncs a
+    whole batch with :meth:`FileSystem.sync_filesystem`). Removes it on failure."""
+    fd = fs.create_new(path)
+    try:
+        fs.write_all(fd, data)
     except BaseException:
         fs.close(fd)
         discard(fs, path)

@@ -24,7 +24,13 @@ from pathlib import Path
 from baml_studio.format.errors import SegmentReadError
 from baml_studio.store.config import DiskBudget
 from baml_studio.store.errors import StoreError, StoreFailureReason, reason_for_oserror
-from baml_studio.store.fsops import FileSystem, discard, ensure_dirs, write_file_durably
+from baml_studio.store.fsops import (
+    FileSystem,
+    discard,
+    ensure_dirs,
+    write_file,
+    write_file_durably,
+)
 from baml_studio.store.layout import StoreLayout
 from baml_studio.store.locks import FileLock
 from baml_studio.store.results import (
@@ -75,6 +81,9 @@ class Publisher:
         self._terminal_attempt_used = False
         self._pending: IndeterminateToken | None = None
         self._mutex = threading.Lock()
+        self._known_dirs: set[Path] = set()
+        """Directories this writer created or saw; CAS fan-out dirs are never removed while
+        a writer holds the stream (``clean`` needs the exclusive lease)."""
 
     @property
     def gate(self) -> AdmissionGate:
@@ -118,6 +127,101 @@ class Publisher:
                 return self._publish_locked(kind, final, data, sequence)
             finally:
                 lock.release()
+
+    def publish_batch(
+        self, kind: PublicationKind, items: list[tuple[Path, bytes]]
+    ) -> list[Attempt]:
+        """Publish many files with one group commit (the profiler's CAS objects).
+
+        Each file is still complete-or-absent (temp file, rename), but the durability barriers
+        are shared: write every temp file, one ``syncfs``, rename each, one ``syncfs`` (the
+        directory entries), one ledger update. A file is renamed only after its bytes are
+        durable, and nothing is reported written before the second barrier.
+        """
+        with self._mutex:
+            refusal = self.refusal()
+            if refusal is not None:
+                return [refusal] * len(items)
+            try:
+                lock = FileLock.acquire(self._layout.publish_lock, exclusive=True)
+            except OSError as exc:
+                return [self._lost(exc)] * len(items)
+            try:
+                return self._publish_batch_locked(kind, items)
+            finally:
+                lock.release()
+
+    def _publish_batch_locked(
+        self, kind: PublicationKind, items: list[tuple[Path, bytes]]
+    ) -> list[Attempt]:
+        usage = self._current_usage()
+        if isinstance(usage, Lost):
+            return [usage] * len(items)
+        results: list[Attempt | None] = [None] * len(items)
+        staged: list[tuple[int, Path, Path, int]] = []
+        free = 0
+        if self._budget is not None:
+            try:
+                free = self._fs.free_bytes(self._layout.root)
+            except OSError as exc:
+                return [self._lost(exc)] * len(items)
+        added = 0
+        for index, (final, data) in enumerate(items):
+            if self._gate is not AdmissionGate.OPEN:
+                results[index] = Lost(self._gate_reason())
+                continue
+            if self._budget is not None and not admits(
+                self._budget, usage + added, len(data), free - added
+            ):
+                self._latch(AdmissionGate.DISK)
+                results[index] = Lost(StoreFailureReason.DISK_GUARD_EXCEEDED)
+                continue
+            tmp = self._layout.new_tmp_path()
+            try:
+                write_file(self._fs, tmp, data)
+            except OSError as exc:
+                results[index] = self._lost(exc)
+                continue
+            staged.append((index, tmp, final, len(data)))
+            added += len(data)
+        if staged:
+            try:
+                self._fs.sync_filesystem(self._layout.root)
+            except OSError as exc:
+                for index, tmp, _, _ in staged:
+                    discard(self._fs, tmp)
+                    results[index] = self._lost(exc)
+                staged = []
+        renamed: list[tuple[int, Path, int]] = []
+        for index, tmp, final, size in staged:
+            try:
+                if os.path.lexists(final):
+                    discard(self._fs, tmp)
+                    results[index] = Exists()
+                    continue
+                if final.parent not in self._known_dirs:
+                    ensure_dirs(self._fs, self._layout.root, final.parent)
+                    self._known_dirs.add(final.parent)
+                self._fs.rename(tmp, final)
+            except OSError as exc:
+                discard(self._fs, tmp)
+                results[index] = self._lost(exc)
+                continue
+            renamed.append((index, final, size))
+        if renamed:
+            try:
+                self._fs.sync_filesystem(self._layout.root)
+                write_usage_state(
+                    self._fs, self._layout, usage + sum(size for _, _, size in renamed)
+                )
+            except OSError:
+                self._pending = IndeterminateToken(next(_TOKENS), kind, renamed[0][1])
+                for index, _, _ in renamed:
+                    results[index] = Indeterminate(self._pending, None)
+                return [r if r is not None else Blocked(self._pending) for r in results]
+            for index, _, _ in renamed:
+                results[index] = Written()
+        return [r if r is not None else Lost(StoreFailureReason.STORE_UNAVAILABLE) for r in results]
 
     def resolve(self) -> bool:
         """Re-fsync the indeterminate file's directory and rebuild the ledger from a physical

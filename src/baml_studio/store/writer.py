@@ -8,8 +8,9 @@ fsyncs both plane directories. Each plane then publishes dense sequences from hi
 
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -161,6 +162,52 @@ class StreamStore:
             verified = _verify_existing(final, raw, cid)
             return verified if verified is not None else Lost(StoreFailureReason.PATH_CONFLICT)
         return attempt
+
+    def publish_cas_batch(self, items: Sequence[tuple[int, bytes]]) -> list[CasResult]:
+        """Publish many CAS objects with one group commit; one result per item, in order.
+
+        Same outcomes as :meth:`publish_cas` item by item (existing objects are re-verified,
+        never replaced), but two ``syncfs`` barriers and one ledger update for the whole batch
+        instead of four fsyncs per object.
+        """
+        self._check_open()
+        results: list[CasResult | None] = [None] * len(items)
+        pending: list[tuple[int, bytes, bytes, Path]] = []
+        seen: dict[bytes, int] = {}
+        for index, (codec, body) in enumerate(items):
+            raw = encode_cas_object(codec, body)
+            cid = value_cid(codec, body)
+            final = self._layout.cas_path(cid)
+            if cid in seen:
+                continue
+            seen[cid] = index
+            try:
+                os.lstat(final)
+            except FileNotFoundError:
+                pending.append((index, raw, cid, final))  # the common case: a new object
+                continue
+            except OSError:
+                pass
+            existing = _verify_existing(final, raw, cid)
+            if existing is not None:
+                results[index] = existing
+            else:
+                pending.append((index, raw, cid, final))
+        attempts = self._publisher.publish_batch(
+            PublicationKind.CAS, [(final, raw) for _, raw, _, final in pending]
+        )
+        for (index, raw, cid, final), attempt in zip(pending, attempts, strict=True):
+            if isinstance(attempt, Written):
+                results[index] = Published(cid)
+            elif isinstance(attempt, Exists):
+                verified = _verify_existing(final, raw, cid)
+                results[index] = verified or Lost(StoreFailureReason.PATH_CONFLICT)
+            else:
+                results[index] = attempt
+        for index, (codec, body) in enumerate(items):
+            if results[index] is None:
+                results[index] = results[seen[value_cid(codec, body)]]
+        return [r for r in results if r is not None]
 
     def resolve_indeterminate(self) -> bool:
         """Retry the durability steps of an indeterminate publication.

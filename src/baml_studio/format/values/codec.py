@@ -16,6 +16,11 @@
   lone ``reason`` field, so decoding gives the same reason back;
 * strings with lone surrogates (not UTF-8) are written with ``?`` in their place.
 
+Speed: everything is appended to one ``bytearray``; a message's length varint is inserted in
+front of its content once the content is written (a short ``memmove`` of that message only),
+so no per-node ``bytes`` objects are built. The writers are shared with
+:mod:`baml_studio.format.values.python`, which is why they are public here.
+
 The decoder lives in :mod:`baml_studio.format.values.decode` and is re-exported here.
 """
 
@@ -84,48 +89,30 @@ __all__ = [
     "encode_value",
 ]
 
+ENTRY_OF_MAP = 0x1A  # PbMap.entries = 3
+ENTRY_OF_CLASS = 0x12  # PbClass.fields = 2
 _SMALL = tuple(bytes((i,)) for i in range(128))
+_INT_SMALL = tuple(TAG_INT + bytes((i,)) for i in range(128))
+_SOURCE_TAGS = dict(zip(MEDIA_SOURCES, (TAG_F3, TAG_F4, TAG_F5), strict=True))
 _KEY_FIELDS: dict[str, bytes] = {}
 _KEY_CACHE_SIZE = 4096
 _KEY_CACHE_MAX_LEN = 64
-_INT_SMALL = tuple(TAG_INT + bytes((i,)) for i in range(128))
-_SOURCE_TAGS = dict(zip(MEDIA_SOURCES, (TAG_F3, TAG_F4, TAG_F5), strict=True))
 
 
-# --- scalar and container builders, shared with the direct Python encoder -----------------------
+# --- writers shared with the direct Python encoder ----------------------------------------------
 
 
-def int_body(n: int) -> bytes:
-    if 0 <= n < 128:
-        return _INT_SMALL[n]
-    if I64_MIN <= n <= I64_MAX:
-        return TAG_INT + varint(n & MASK64)
-    return bigint_body(n)
-
-
-def bigint_body(n: int) -> bytes:
-    return len_field(TAG_BIGINT, format(n, "x").encode())
-
-
-def float_body(x: float) -> bytes:
-    return TAG_FLOAT + pack_double(x)
-
-
-def str_body(s: str) -> bytes:
-    try:
-        b = s.encode()
-    except UnicodeEncodeError:
-        b = utf8(s)
-    n = len(b)
-    return TAG_STRING + (_SMALL[n] if n < 128 else varint(n)) + b
-
-
-def bytes_body(b: bytes) -> bytes:
-    return TAG_BYTES + varint(len(b)) + b
+def frame(out: bytearray, start: int) -> None:
+    """Insert the varint length of ``out[start:]`` at ``start``."""
+    n = len(out) - start
+    if n < 128:
+        out.insert(start, n)
+    else:
+        out[start:start] = varint(n)
 
 
 def key_field(key: str) -> bytes:
-    """``PbMapEntry.key`` as field bytes (empty for ``""``, a proto3 default), memoized."""
+    """Field 1 (``PbMapEntry.key``, ``PbClass.name``) as bytes, empty for ``""``; memoized."""
     kf = _KEY_FIELDS.get(key)
     if kf is None:
         kb = utf8(key)
@@ -137,80 +124,134 @@ def key_field(key: str) -> bytes:
     return kf
 
 
-def list_body(items: Iterable[bytes]) -> bytes:
-    """``PbValue{list}`` from already encoded item bodies."""
-    parts = [TAG_LIST, b""]
-    small = _SMALL
-    for vb in items:
-        n = len(vb)
-        parts += (TAG_F2, small[n] if n < 128 else varint(n), vb)
-    parts[1] = varint(sum(map(len, parts)) - 1)
-    return b"".join(parts)
+def write_int(out: bytearray, n: int) -> None:
+    if 0 <= n < 128:
+        out += _INT_SMALL[n]
+    elif I64_MIN <= n <= I64_MAX:
+        out += TAG_INT
+        out += varint(n & MASK64)
+    else:
+        write_bigint(out, n)
 
 
-def entries_body(class_name: str | None, pairs: Iterable[tuple[str, bytes]]) -> bytes:
-    """``PbValue{map}`` (``class_name is None``) or ``PbValue{class}`` from encoded entry values."""
-    if class_name is None:
-        parts, entry_tag = [TAG_MAP, b""], TAG_F3
-    else:  # PbClass.name is field 1, like PbMapEntry.key
-        parts, entry_tag = [TAG_CLASS, b"", key_field(class_name)], TAG_F2
-    small, keys = _SMALL, _KEY_FIELDS
-    for key, vb in pairs:
-        kf = keys.get(key) or key_field(key)
-        n = len(vb)
-        vh = small[n] if n < 128 else varint(n)
-        inner = len(kf) + 1 + len(vh) + n
-        parts += (entry_tag, small[inner] if inner < 128 else varint(inner), kf, TAG_F2, vh, vb)
-    parts[1] = varint(sum(map(len, parts)) - len(parts[0]))
-    return b"".join(parts)
+def write_bigint(out: bytearray, n: int) -> None:
+    out += len_field(TAG_BIGINT, format(n, "x").encode())
 
 
-def omitted_body(reason: str) -> bytes:
+def write_float(out: bytearray, x: float) -> None:
+    out += TAG_FLOAT
+    out += pack_double(x)
+
+
+def write_str(out: bytearray, s: str) -> None:
+    try:
+        b = s.encode()
+    except UnicodeEncodeError:
+        b = utf8(s)
+    n = len(b)
+    out += TAG_STRING
+    out += _SMALL[n] if n < 128 else varint(n)
+    out += b
+
+
+def write_bytes(out: bytearray, b: bytes) -> None:
+    out += TAG_BYTES
+    out += varint(len(b))
+    out += b
+
+
+def write_omitted(out: bytearray, reason: str) -> None:
     head, sep, tail = reason.partition(": ")
     if sep and head and tail:
-        return entries_body(
-            OMITTED_CLASS, (("reason", str_body(head)), ("message", str_body(tail)))
+        fields: tuple[tuple[str, Value], ...] = (
+            ("reason", String(head)),
+            ("message", String(tail)),
         )
-    return entries_body(OMITTED_CLASS, (("reason", str_body(reason)),))
+    else:
+        fields = (("reason", String(reason)),)
+    _write_entries(out, OMITTED_CLASS, fields)
 
 
 # --- Value encoder ------------------------------------------------------------------------------
 
 
-def _enum(v: Enum) -> bytes:
+def _write(out: bytearray, v: Value) -> None:
+    _WRITERS[type(v)](out, v)
+
+
+def _write_list(out: bytearray, v: List) -> None:
+    out += TAG_LIST
+    start = len(out)
+    for item in v.items:
+        out.append(0x12)  # PbList.items = 2
+        s = len(out)
+        _write(out, item)
+        frame(out, s)
+    frame(out, start)
+
+
+def _write_entries(out: bytearray, name: str | None, pairs: Iterable[tuple[str, Value]]) -> None:
+    if name is None:
+        out += TAG_MAP
+        start, etag = len(out), ENTRY_OF_MAP
+    else:
+        out += TAG_CLASS
+        start, etag = len(out), ENTRY_OF_CLASS
+        out += key_field(name)
+    for key, x in pairs:
+        out.append(etag)
+        es = len(out)
+        out += _KEY_FIELDS.get(key) or key_field(key)
+        out.append(0x12)  # PbMapEntry.value = 2
+        vs = len(out)
+        _write(out, x)
+        frame(out, vs)
+        frame(out, es)
+    frame(out, start)
+
+
+def _write_enum(out: bytearray, v: Enum) -> None:
     nb, vb = utf8(v.name), utf8(v.variant)
     payload = (len_field(TAG_F1, nb) if nb else b"") + (len_field(TAG_F2, vb) if vb else b"")
-    return len_field(TAG_ENUM, payload)
+    out += len_field(TAG_ENUM, payload)
 
 
-def _media(v: Media) -> bytes:
+def _write_media(out: bytearray, v: Media) -> None:
     payload = TAG_MEDIA_KIND + varint(int(v.kind)) if v.kind else b""
     if v.mime is not None:
         payload += len_field(TAG_F2, utf8(v.mime))
     if v.source is not None:
         payload += len_field(_SOURCE_TAGS[v.source], utf8(v.content))
-    return len_field(TAG_MEDIA, payload)
+    out += len_field(TAG_MEDIA, payload)
 
 
-def _body(v: Value) -> bytes:
-    return _ENCODERS[type(v)](v)
-
-
-_ENCODERS: dict[type[Any], Callable[[Any], bytes]] = {
-    Null: lambda v: PB_NULL,
-    Bool: lambda v: PB_TRUE if v.value else PB_FALSE,
-    Int: lambda v: int_body(v.value),
-    Float: lambda v: float_body(v.value),
-    BigInt: lambda v: bigint_body(int(v.value)),
-    String: lambda v: str_body(v.value),
-    Bytes: lambda v: bytes_body(v.value),
-    List: lambda v: list_body([_body(item) for item in v.items]),
-    Map: lambda v: entries_body(None, [(k, _body(x)) for k, x in v.entries]),
-    Class: lambda v: entries_body(v.name, [(k, _body(x)) for k, x in v.fields]),
-    Enum: _enum,
-    Media: _media,
-    Omitted: lambda v: omitted_body(v.reason),
+_WRITERS: dict[type[Any], Callable[[bytearray, Any], None]] = {
+    Null: lambda out, v: out.extend(PB_NULL),
+    Bool: lambda out, v: out.extend(PB_TRUE if v.value else PB_FALSE),
+    Int: lambda out, v: write_int(out, v.value),
+    Float: lambda out, v: write_float(out, v.value),
+    BigInt: lambda out, v: write_bigint(out, int(v.value)),
+    String: lambda out, v: write_str(out, v.value),
+    Bytes: lambda out, v: write_bytes(out, v.value),
+    List: _write_list,
+    Map: lambda out, v: _write_entries(out, None, v.entries),
+    Class: lambda out, v: _write_entries(out, v.name, v.fields),
+    Enum: _write_enum,
+    Media: _write_media,
+    Omitted: lambda out, v: write_omitted(out, v.reason),
 }
+
+
+def write_value(out: bytearray, v: Value) -> None:
+    """Append the ``PbValue`` body of ``v`` to ``out`` (see :func:`encode_value`)."""
+    try:
+        _write(out, v)
+    except RecursionError as exc:
+        raise EncodeError("value nests too deeply to encode") from exc
+    except KeyError as exc:
+        raise EncodeError(f"not a codec-1 Value: {exc.args[0]!r} inside the value") from exc
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise EncodeError(f"malformed codec-1 Value: {exc}") from exc
 
 
 def encode_value(v: Value) -> bytes:
@@ -219,11 +260,6 @@ def encode_value(v: Value) -> bytes:
     Raises :class:`EncodeError` if ``v`` is not a :data:`Value` or nests too deeply for the
     Python stack. Bodies nested deeper than the decoder's ``max_depth`` encode but do not decode.
     """
-    try:
-        return _body(v)
-    except RecursionError as exc:
-        raise EncodeError("value nests too deeply to encode") from exc
-    except KeyError as exc:
-        raise EncodeError(f"not a codec-1 Value: {exc.args[0]!r} inside the value") from exc
-    except (TypeError, ValueError, AttributeError) as exc:
-        raise EncodeError(f"malformed codec-1 Value: {exc}") from exc
+    out = bytearray()
+    write_value(out, v)
+    return bytes(out)

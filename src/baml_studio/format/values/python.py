@@ -51,13 +51,15 @@ from collections.abc import Mapping
 from typing import Any, TypeAlias
 
 from baml_studio.format.values.codec import (
-    encode_value,
-    entries_body,
-    float_body,
-    int_body,
-    list_body,
-    omitted_body,
-    str_body,
+    ENTRY_OF_CLASS,
+    ENTRY_OF_MAP,
+    frame,
+    key_field,
+    write_float,
+    write_int,
+    write_omitted,
+    write_str,
+    write_value,
 )
 from baml_studio.format.values.model import (
     I64_MAX,
@@ -76,7 +78,7 @@ from baml_studio.format.values.model import (
     String,
     Value,
 )
-from baml_studio.format.values.wire import PB_FALSE, PB_NULL, PB_TRUE
+from baml_studio.format.values.wire import PB_FALSE, PB_NULL, PB_TRUE, TAG_CLASS, TAG_LIST, TAG_MAP
 
 DEFAULT_CAPTURE_DEPTH = 64
 Record: TypeAlias = tuple[str | None, list[tuple[str, Any]]]
@@ -97,10 +99,13 @@ def from_python(obj: object, *, max_depth: int = DEFAULT_CAPTURE_DEPTH) -> Value
 
 def encode_python(obj: object, *, max_depth: int = DEFAULT_CAPTURE_DEPTH) -> bytes:
     """``encode_value(from_python(obj))``, written directly. Never raises."""
+    out = bytearray()
     try:
-        return _Encoder(max_depth).enc(obj, 0)
+        _Encoder(max_depth).write(out, obj, 0)
     except Exception as exc:  # capture must not break the profiled program
-        return omitted_body(error_reason(exc, obj))
+        del out[:]
+        write_omitted(out, error_reason(exc, obj))
+    return bytes(out)
 
 
 def error_reason(exc: BaseException, obj: object) -> str:
@@ -244,52 +249,80 @@ class _Converter(_Walker):
 
 
 class _Encoder(_Walker):
+    """Appends ``encode_value(from_python(obj))`` to a bytearray without building the model."""
+
     __slots__ = ()
 
-    def enc(self, obj: Any, depth: int) -> bytes:
+    def write(self, out: bytearray, obj: Any, depth: int) -> None:
         cls = type(obj)
         if cls is str:
-            return str_body(obj)
-        if cls is int and I64_MIN <= obj <= I64_MAX:
-            return int_body(obj)
-        if cls is float:
-            return float_body(obj)
-        if cls is bool:
-            return PB_TRUE if obj else PB_FALSE
-        if obj is None:
-            return PB_NULL
-        if cls is dict or cls is list:
-            return self.builtin(obj, depth)
-        try:
-            shape = describe(obj)
-            if not isinstance(shape, list | tuple):
-                return encode_value(shape)
-            refusal = self.enter(obj, depth)
-            if refusal is not None:
-                return omitted_body(refusal)
+            write_str(out, obj)
+        elif cls is int and I64_MIN <= obj <= I64_MAX:
+            write_int(out, obj)
+        elif cls is float:
+            write_float(out, obj)
+        elif cls is bool:
+            out += PB_TRUE if obj else PB_FALSE
+        elif obj is None:
+            out += PB_NULL
+        elif cls is dict or cls is list:
+            self.structure(out, obj, obj, depth)
+        else:
+            mark = len(out)
             try:
-                if isinstance(shape, list):
-                    return list_body([self.enc(x, depth + 1) for x in shape])
-                name, pairs = shape
-                return entries_body(name, [(k, self.enc(v, depth + 1)) for k, v in pairs])
-            finally:
-                self.active.discard(id(obj))
-        except Exception as exc:  # user code may raise anything
-            return omitted_body(error_reason(exc, obj))
+                shape = describe(obj)
+                if isinstance(shape, list | tuple):
+                    self.structure(out, obj, shape, depth)
+                else:
+                    write_value(out, shape)
+            except Exception as exc:  # user code may raise anything
+                del out[mark:]
+                write_omitted(out, error_reason(exc, obj))
 
-    def builtin(self, obj: dict[Any, Any] | list[Any], depth: int) -> bytes:
-        """The hot path for exact ``dict``/``list``: what ``describe`` would do, without copies."""
+    def structure(
+        self, out: bytearray, obj: object, shape: dict[Any, Any] | list[Any] | Record, depth: int
+    ) -> None:
+        """Write a list, a map (``shape`` a ``dict``, keys not yet ``key_str``-ed) or a class."""
         refusal = self.enter(obj, depth)
         if refusal is not None:
-            return omitted_body(refusal)
-        enc, d = self.enc, depth + 1
+            write_omitted(out, refusal)
+            return
+        mark, write, depth = len(out), self.write, depth + 1
         try:
-            if type(obj) is list:
-                return list_body([enc(x, d) for x in obj])
-            return entries_body(
-                None, [(k if type(k) is str else key_str(k), enc(v, d)) for k, v in obj.items()]
-            )
-        except Exception as exc:  # a dict mutated by another thread while we iterate
-            return omitted_body(error_reason(exc, obj))
+            if type(shape) is list:
+                out += TAG_LIST
+                start = len(out)
+                for item in shape:
+                    out.append(0x12)  # PbList.items = 2
+                    s = len(out)
+                    write(out, item, depth)
+                    frame(out, s)
+                frame(out, start)
+                return
+            if type(shape) is dict:
+                name, pairs = None, shape.items()
+            else:
+                name, pairs = shape  # type: ignore[misc]  # a Record, by elimination
+            start = len(out) + 1
+            if name is None:
+                out += TAG_MAP
+                etag = ENTRY_OF_MAP
+            else:
+                out += TAG_CLASS
+                etag = ENTRY_OF_CLASS
+                out += key_field(name)
+            for key, value in pairs:
+                out.append(etag)
+                es = len(out)
+                out += key_field(key if type(key) is str else key_str(key))
+                out.append(0x12)  # PbMapEntry.value = 2
+                vs = len(out)
+                write(out, value, depth)
+                frame(out, vs)
+                frame(out, es)
+            frame(out, start)
+        except Exception as exc:  # e.g. a dict mutated by another thread while we iterate
+            del out[mark:]
+            write_omitted(out, error_reason(exc, obj))
         finally:
             self.active.discard(id(obj))
