@@ -15,6 +15,7 @@ from baml_studio.workload import (
     DECK_SIZE,
     InvalidWorkload,
     Variant,
+    WorkloadReport,
     plan_workload,
     share,
 )
@@ -26,24 +27,27 @@ def test_same_seed_gives_the_same_report() -> None:
     first = plan_workload(120, processes=3, seed=7)
     second = plan_workload(120, processes=3, seed=7)
     assert first == second
-    assert first.to_json() == second.to_json()
+    assert first.to_json_text() == second.to_json_text()
 
 
 def test_different_seed_gives_a_different_report() -> None:
     a = plan_workload(60, seed=1)
     b = plan_workload(60, seed=2)
-    assert [r.arguments for r in a.records] != [r.arguments for r in b.records]
-    assert [r.variant for r in a.records] != [r.variant for r in b.records]
+    assert [r.arguments for r in a.executions] != [r.arguments for r in b.executions]
+    assert [r.variant for r in a.executions] != [r.variant for r in b.executions]
 
 
 def test_executions_do_not_depend_on_the_process_count() -> None:
     one = plan_workload(100, processes=1, seed=3)
     four = plan_workload(100, processes=4, seed=3)
-    strip = [(r.ordinal, r.request_id, r.arguments, r.calls, r.expected_status) for r in one.records]
-    assert strip == [
-        (r.ordinal, r.request_id, r.arguments, r.calls, r.expected_status) for r in four.records
-    ]
-    assert Counter(r.process for r in four.records) == {0: 25, 1: 25, 2: 25, 3: 25}
+
+    def strip(report: WorkloadReport) -> list[tuple[object, ...]]:
+        return [
+            (r.ordinal, r.request_id, r.arguments, r.calls, r.status) for r in report.executions
+        ]
+
+    assert strip(one) == strip(four)
+    assert Counter(r.process for r in four.executions) == {0: 25, 1: 25, 2: 25, 3: 25}
 
 
 @pytest.mark.parametrize(("executions", "processes"), [(0, 1), (1, 3), (50, 2), (101, 4)])
@@ -51,19 +55,19 @@ def test_shares_cover_every_ordinal_once(executions: int, processes: int) -> Non
     ordinals = [o for i in range(processes) for o in share(executions, processes, i)]
     assert ordinals == list(range(executions))
     report = plan_workload(executions, processes)
-    assert len(report.records) == executions
-    assert [r.ordinal for r in report.records] == ordinals
+    assert len(report.executions) == executions
+    assert [r.ordinal for r in report.executions] == ordinals
 
 
 def test_every_full_block_has_the_same_mix() -> None:
     report = plan_workload(2 * DECK_SIZE, seed=11)
-    for block in (report.records[:DECK_SIZE], report.records[DECK_SIZE:]):
-        statuses = Counter(r.expected_status for r in block)
+    for block in (report.executions[:DECK_SIZE], report.executions[DECK_SIZE:]):
+        statuses = Counter(r.status for r in block)
         assert statuses == {"succeeded": 46, "failed": 3, "cancelled": 1}
         variants = Counter(r.variant for r in block)
         assert variants[Variant.DIGEST_LONG_DOCUMENT.value] == 3
         assert sum(r.large_values for r in block) >= 3
-    failed = [r for r in report.records if r.expected_status == "failed"]
+    failed = [r for r in report.executions if r.status == "failed"]
     assert {r.error_type.rsplit(".", 1)[-1] for r in failed if r.error_type} == {
         "ExtractionError",
         "LineItemValidationError",
@@ -74,16 +78,17 @@ def test_every_full_block_has_the_same_mix() -> None:
 
 def test_report_json_has_records_and_totals() -> None:
     report = plan_workload(60, processes=2, seed=5)
-    data = json.loads(report.to_json())
-    assert data["executions"] == 60 and data["processes"] == 2 and data["seed"] == 5
-    assert len(data["records"]) == 60
+    data = json.loads(report.to_json_text())
+    assert data == report.to_json()
+    assert data["processes"] == 2 and data["seed"] == 5
+    assert len(data["executions"]) == 60 and data["totals"]["executions"] == 60
     totals = data["totals"]
-    assert sum(totals["executions_by_status"].values()) == 60
+    assert sum(totals["by_status"].values()) == 60
     assert totals["calls_by_function"] == report.calls_by_function
     roots = totals["calls_by_function"]
-    assert sum(totals["executions_by_root"].values()) == 60
+    assert sum(totals["by_root"].values()) == 60
     assert roots["app.ProcessInvoice"] + roots["app.TriageTicket"] + roots["app.DailyDigest"] == 60
-    invoice = next(r for r in data["records"] if r["root_function"] == "app.ProcessInvoice")
+    invoice = next(r for r in data["executions"] if r["root_function"] == "app.ProcessInvoice")
     assert invoice["arguments"]["invoice_id"].startswith("INV-")
     assert isinstance(invoice["arguments"]["customer_age"], int)
     assert invoice["arguments"]["customer_name"]

@@ -59,12 +59,12 @@ def test_exactly_the_planned_executions_each_started_and_ended(
     assert len(view.scan.executions) == 50
     assert all(e.started is not None and e.ended is not None for e in view.scan.executions)
     by_request = view.by_request_id()
-    records = {r.request_id: r for r in run.report.records}
+    records = {r.request_id: r for r in run.report.executions}
     assert by_request.keys() == records.keys()
     streams_of_process: dict[int, set[bytes]] = defaultdict(set)
     for request_id, record in records.items():
         execution = by_request[request_id]
-        assert STATUS[execution.status] == record.expected_status, request_id
+        assert STATUS[execution.status] == record.status, request_id
         assert execution.root_input is not None
         assert execution.root_input["request_id"] == request_id
         streams_of_process[record.process].add(execution.root.euid)
@@ -80,9 +80,9 @@ def test_statuses_and_errors_match_the_report(
     assert counted == run.report.executions_by_status
     assert counted["failed"] >= 1 and counted["cancelled"] >= 1
     by_request = view.by_request_id()
-    for record in run.report.records:
+    for record in run.report.executions:
         error = by_request[record.request_id].root_error
-        if record.expected_status == "failed":
+        if record.status == "failed":
             assert error is not None, record.request_id
             assert error["type"] == record.error_type
             assert error["message"] == record.error_message
@@ -96,7 +96,7 @@ def test_call_totals_per_function_match_the_report(
     run, view = two_process_run
     assert view.calls_by_function() == run.report.calls_by_function
     by_request = view.by_request_id()
-    for record in run.report.records:
+    for record in run.report.executions:
         assert dict(by_request[record.request_id].calls) == dict(record.calls)
 
 
@@ -113,7 +113,7 @@ def test_arguments_in_the_report_are_the_captured_ones(
 ) -> None:
     run, view = two_process_run
     by_request = view.by_request_id()
-    for record in run.report.records:
+    for record in run.report.executions:
         captured = by_request[record.request_id].root_input
         assert captured is not None
         if record.root_function == "app.ProcessInvoice":

@@ -103,9 +103,9 @@ def load(root: Path, *, large_bytes: int) -> StoreView:
                     elif isinstance(fact, TerminalErrorRef):
                         assert isinstance(fact.target, ErrorCaptureId), fact
                         terminal[fact.call] = fact.target
-    for root, view in executions.items():
-        names = tables[(root.euid, root.engine)]
-        for key, count in invocations[root].items():
+    for thread, view in executions.items():
+        names = tables[(thread.euid, thread.engine)]
+        for key, count in invocations[thread].items():
             view.calls[names[function_of_key[key]]] += count
         if view.root_call is not None and view.root_call in terminal:
             capture = captures[terminal[view.root_call]]

@@ -17,11 +17,12 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar, cast, overload
 
+from baml_studio.format.records import ROLE_ERROR, ROLE_INPUT, ROLE_OUTPUT
 from baml_studio.profiler.config import ProfilerConfig
 from baml_studio.profiler.events import Frame
 from baml_studio.profiler.profiler import Profiler
 from baml_studio.profiler.registry import REGISTRY, FunctionInfo, FunctionRegistry
-from baml_studio.profiler.runtime import MANUAL, Recorder
+from baml_studio.profiler.runtime import CURRENT, MANUAL, Recorder
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -60,9 +61,12 @@ def stop(timeout: float = 5.0) -> None:
         prof.close(timeout)
 
 
-def _recorder() -> Recorder | None:
+def _recorder(registry: FunctionRegistry) -> Recorder | None:
+    """The active recorder, if it numbers functions with ``registry`` (else: run unprofiled)."""
     prof = _ACTIVE
-    return None if prof is None else prof.recorder
+    if prof is None or prof.recorder.registry is not registry:
+        return None
+    return prof.recorder
 
 
 def _arg_binder(
@@ -171,18 +175,21 @@ def baml_function(
         info = registry.register(fqn, func, llm=llm)
         bind = _arg_binder(func)
         if inspect.iscoroutinefunction(func):
-            return cast(Callable[P, R], _async_wrapper(func, info, bind))
-        return _sync_wrapper(func, info, bind)
+            return cast(Callable[P, R], _async_wrapper(func, info, bind, registry))
+        return _sync_wrapper(func, info, bind, registry)
 
     return decorate(fn) if fn is not None else decorate
 
 
 def _sync_wrapper(
-    func: Callable[P, R], info: FunctionInfo, bind: Callable[..., dict[str, Any]]
+    func: Callable[P, R],
+    info: FunctionInfo,
+    bind: Callable[..., dict[str, Any]],
+    registry: FunctionRegistry,
 ) -> Callable[P, R]:
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        rec = _recorder()
+        rec = _recorder(registry)
         if rec is None:
             return func(*args, **kwargs)
         entered = rec.enter(info, bind(args, kwargs), sys._getframe(1))
@@ -201,11 +208,14 @@ def _sync_wrapper(
 
 
 def _async_wrapper(
-    func: Callable[..., Awaitable[Any]], info: FunctionInfo, bind: Callable[..., dict[str, Any]]
+    func: Callable[..., Awaitable[Any]],
+    info: FunctionInfo,
+    bind: Callable[..., dict[str, Any]],
+    registry: FunctionRegistry,
 ) -> Callable[..., Coroutine[Any, Any, Any]]:
     @functools.wraps(func)
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
-        rec = _recorder()
+        rec = _recorder(registry)
         if rec is None:
             return await func(*args, **kwargs)
         entered = rec.enter(info, bind(args, kwargs), sys._getframe(1))
@@ -233,9 +243,6 @@ def capture(*, inputs: bool = False, output: bool = False, error: bool = False) 
         with capture(inputs=True, output=True):
             score = score_customer(customer)
     """
-    from baml_studio.format.records import ROLE_ERROR, ROLE_INPUT, ROLE_OUTPUT
-    from baml_studio.profiler.runtime import CURRENT
-
     roles = (ROLE_INPUT if inputs else 0) | (ROLE_OUTPUT if output else 0)
     roles |= ROLE_ERROR if error else 0
     token = MANUAL.set((CURRENT.get(), roles))

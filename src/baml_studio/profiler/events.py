@@ -52,6 +52,8 @@ class Execution:
     ended_ns: int = 0
     closed: bool = False
     health: list[int] = field(default_factory=lambda: [0] * len(HEALTH_FIELDS))
+    task_threads: dict[int, LogicalThread] = field(default_factory=dict)
+    """Live spawned threads of this execution by asyncio task id."""
     throws: dict[int, tuple[Any, ...]] = field(default_factory=dict)
     """Live exception id -> (exception, throw frame, capture id or None)."""
 
@@ -63,6 +65,8 @@ class LogicalThread:
     runner: tuple[int, int]
     next_call: int = 0
     unwind_ordinal: int = 0
+    task_bound: bool = False
+    """True for an asyncio task's thread: the task's done-callback ends it, not its calls."""
 
 
 @dataclass(eq=False, slots=True)

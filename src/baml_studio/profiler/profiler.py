@@ -109,12 +109,27 @@ class Profiler:
             with self._cond:
                 stop = self._stop
                 target = self._flush_requested
-            self._pass(force=target > self._flushed or stop)
+            if stop:
+                self._final_pass()
+            else:
+                self._pass(force=target > self._flushed)
             with self._cond:
                 self._flushed = max(self._flushed, target)
                 self._cond.notify_all()
             if stop:
                 return
+
+    def _final_pass(self) -> None:
+        """On the consumer thread, at close: abandon what still runs, publish, release."""
+        try:
+            self.consumer.drain()
+            self.consumer.abandon_open(self.recorder.now())
+            self.consumer.publish()
+            self.consumer.publish_terminal_meta()
+        except Exception:
+            self.recorder.stats.internal_errors += 1
+        if self._store is not None:
+            self._store.close()
 
     def _pass(self, *, force: bool) -> None:
         try:
@@ -139,31 +154,27 @@ class Profiler:
                     return self._flushed >= mine
         return True
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Flush, end running executions as ``Abandoned``, publish them, release the stream."""
+    def close(self, timeout: float = 5.0) -> bool:
+        """Flush, end running executions as ``Abandoned``, publish them, release the stream.
+
+        Returns False if the final publication was still running after ``timeout`` seconds (it
+        goes on in the background on the consumer thread)."""
         if self._closed:
-            return
+            return self._thread is None or not self._thread.is_alive()
         self._closed = True
         from baml_studio.profiler import api
 
         if api.active() is self:
             api.set_active(None)
         if self._thread is None:
-            return
-        self.flush(timeout)
+            return True
         with self._cond:
             self._stop = True
             self.recorder.wake.set()
+        # The consumer thread does the final pass itself, so consumer state is only ever
+        # touched by one thread; if it outlives the timeout it finishes in the background.
         self._thread.join(timeout)
-        try:
-            self.consumer.drain()
-            self.consumer.abandon_open(self.recorder.now())
-            self.consumer.publish()
-            self.consumer.publish_terminal_meta()
-        except Exception:
-            self.recorder.stats.internal_errors += 1
-        if self._store is not None:
-            self._store.close()
+        return not self._thread.is_alive()
 
     def __enter__(self) -> Profiler:
         return self.activate()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import os
 import random
 import threading
@@ -197,7 +198,18 @@ class Recorder:
     def _spawn_thread(
         self, parent: Frame, now: int, runner: tuple[int, int], site: CallSiteSpan | None
     ) -> LogicalThread:
+        """The logical thread a call on another runner belongs to.
+
+        An asyncio task is one spawned thread for its whole life: its first BAML call starts
+        the thread and a done-callback ends it (status from the task). Anything else (a plain
+        OS thread through :func:`propagate`) is one thread per top-level call.
+        """
         ex = parent.thread.execution
+        task_id = runner[1]
+        if task_id:
+            existing = ex.task_threads.get(task_id)
+            if existing is not None:
+                return existing
         with self._lock:
             ex.leases += 1
             ref = ThreadRef(self.euid, ex.engine.engine_id, ex.engine.new_thread_id())
@@ -207,16 +219,40 @@ class Recorder:
             ThreadKind.SPAWN, _runner_name(),
         )  # fmt: skip
         self._push(start, ex, "unmatched_thread_facts")
+        if task_id:
+            task = asyncio.current_task()
+            if task is not None:
+                thread.task_bound = True
+                ex.task_threads[task_id] = thread
+                task.add_done_callback(functools.partial(self._task_done, thread))
         return thread
 
-    def _release(self, thread: LogicalThread, now: int, status: FunctionEndStatus) -> None:
+    def _task_done(self, thread: LogicalThread, task: asyncio.Task[Any]) -> None:
+        try:
+            thread.execution.task_threads.pop(thread.runner[1], None)
+            if task.cancelled():
+                status = ThreadEndStatus.CANCELLED
+            elif task.exception() is not None:
+                status = ThreadEndStatus.ERRORED
+            else:
+                status = ThreadEndStatus.COMPLETED
+            self._release(thread, _perf() - self.zero_perf_ns, status, None)
+        except Exception:
+            self.stats.internal_errors += 1
+
+    def _release(
+        self,
+        thread: LogicalThread,
+        now: int,
+        status: ThreadEndStatus,
+        root_status: RootStatus | None,
+    ) -> None:
         ex = thread.execution
-        event = (ev.THREAD_ENDED, ex, thread.ref, now, _THREAD_STATUS[status])
-        self._push(event, ex, "unmatched_thread_facts")
+        self._push((ev.THREAD_ENDED, ex, thread.ref, now, status), ex, "unmatched_thread_facts")
         with self._lock:
             ex.leases -= 1
-            if thread.ref == ex.root:
-                ex.status = _ROOT_STATUS[status]
+            if root_status is not None:
+                ex.status = root_status
             if ex.leases > 0:
                 return
             ex.closed = True
@@ -396,5 +432,7 @@ class Recorder:
             frame.await_ns, frame.await_count, span_end,
         )  # fmt: skip
         self._push(event, ex, "structural_transport_exceeded")
-        if frame.edge != 1:
-            self._release(frame.thread, now, status)
+        if frame.edge == 0:
+            self._release(frame.thread, now, _THREAD_STATUS[status], _ROOT_STATUS[status])
+        elif frame.edge == 2 and not frame.thread.task_bound:
+            self._release(frame.thread, now, _THREAD_STATUS[status], None)

@@ -6,7 +6,8 @@ seeded inputs and the outcome each execution must have, ``runner`` the driver::
     from baml_studio.workload import run_workload
     report = run_workload(Path(".baml/profiles-v1"), executions=1000, processes=2, seed=7)
     report.executions_by_status      # {"cancelled": 20, "failed": 60, "succeeded": 920}
-    report.to_json()                 # per execution: ordinal, process, root, status, arguments ...
+    report.executions[0].arguments   # {"invoice_id": "INV-1000", "customer_age": 41, ...}
+    report.to_json_text()            # per execution: ordinal, process, root, status, arguments ...
 
 Importing this package registers the program's functions (``app.*``) in the process-global
 profiler registry, as importing any BAML program does.

@@ -4,9 +4,10 @@ Execution ``ordinal`` of a workload with seed ``seed`` is a pure function of ``(
 neither the number of executions nor the number of processes changes it. Its *variant* (the
 path it takes through the program) is drawn from a shuffled deck of :data:`DECK_SIZE` cards per
 block of ordinals, so every full block has exactly the same mix: 3 failed executions (6%), 1
-cancelled (2%), 3 handled errors, 1 cancelled spawned call, 3 captured values over 32 KiB.
-Everything else (ids, names, amounts, texts, extra faults) comes from a
-:class:`random.Random` seeded with a string, which is stable across processes and platforms.
+cancelled (2%), 2 errors caught by their root, 1 cancelled spawned call, and 3 executions that
+capture values over 32 KiB. Everything else (ids, names, amounts, texts, and a retried
+ScoreCustomer rate limit in about 15% of successful invoices) comes from a :class:`random.Random`
+seeded with a string, which is stable across processes and platforms.
 
 :func:`expect` states the outcome the program must produce for a job: the root's status, the
 escaping error's type and message, and how many calls each BAML function receives. It mirrors

@@ -76,7 +76,8 @@ class ExecutionRecord:
     request_id: str
     root_function: str
     variant: str
-    expected_status: str
+    status: str
+    """The status the execution must end with: ``succeeded``, ``failed`` or ``cancelled``."""
     error_type: str | None
     error_message: str | None
     arguments: Mapping[str, Scalar]
@@ -88,49 +89,50 @@ class ExecutionRecord:
 class WorkloadReport:
     """What a workload generates; equal for equal ``(executions, processes, seed)``."""
 
-    executions: int
     processes: int
     seed: int
-    records: tuple[ExecutionRecord, ...]
+    executions: tuple[ExecutionRecord, ...]
+    """In ordinal order."""
 
     @property
     def executions_by_status(self) -> dict[str, int]:
-        return dict(sorted(Counter(r.expected_status for r in self.records).items()))
+        return dict(sorted(Counter(e.status for e in self.executions).items()))
 
     @property
     def calls_by_function(self) -> dict[str, int]:
         total: Counter[str] = Counter()
-        for record in self.records:
-            total.update(record.calls)
+        for execution in self.executions:
+            total.update(execution.calls)
         return dict(sorted(total.items()))
 
     @property
     def executions_by_root(self) -> dict[str, int]:
-        return dict(sorted(Counter(r.root_function for r in self.records).items()))
+        return dict(sorted(Counter(e.root_function for e in self.executions).items()))
 
     @property
     def large_values(self) -> int:
-        return sum(r.large_values for r in self.records)
+        return sum(e.large_values for e in self.executions)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON-serialisable data (``json.dumps`` it, or use ``to_json_text``)."""
         return {
-            "executions": self.executions,
+            "executions": [
+                {**dataclasses.asdict(e), "arguments": dict(e.arguments), "calls": dict(e.calls)}
+                for e in self.executions
+            ],
             "processes": self.processes,
             "seed": self.seed,
             "totals": {
-                "executions_by_status": self.executions_by_status,
-                "executions_by_root": self.executions_by_root,
+                "executions": len(self.executions),
+                "by_status": self.executions_by_status,
+                "by_root": self.executions_by_root,
                 "calls_by_function": self.calls_by_function,
                 "large_values": self.large_values,
             },
-            "records": [
-                {**dataclasses.asdict(r), "arguments": dict(r.arguments), "calls": dict(r.calls)}
-                for r in self.records
-            ],
         }
 
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True, indent=2, ensure_ascii=False)
+    def to_json_text(self) -> str:
+        return json.dumps(self.to_json(), sort_keys=True, indent=2, ensure_ascii=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +141,9 @@ class ProcessResult:
     pid: int
     executions: int
     elapsed_s: float
+    """From the first execution to the profiler closed."""
+    close_s: float
+    """Of which closing the profiler (publishing whatever was still pending)."""
     stats: Mapping[str, int]
     """The process's :class:`~baml_studio.profiler.ProfilerStats` after close."""
     mismatches: tuple[str, ...]
@@ -190,7 +195,7 @@ def plan_workload(executions: int, processes: int = 1, seed: int = 0) -> Workloa
         for ordinal in share(executions, processes, index):
             variant, job = make_job(seed, ordinal)
             records.append(record_for(job, variant.value, ordinal, index))
-    return WorkloadReport(executions, processes, seed, tuple(records))
+    return WorkloadReport(processes, seed, tuple(records))
 
 
 def run_workload(
@@ -269,9 +274,12 @@ def run_share(
     try:
         mismatches = asyncio.run(_drive(seed, ordinals, concurrency))
     finally:
-        profiler.close(timeout=60.0)
+        closing = time.perf_counter()
+        # Publishing dominates a run (a CAS file per captured value), so allow for it.
+        profiler.close(timeout=max(60.0, 0.1 * len(ordinals)))
+    ended = time.perf_counter()
     return ProcessResult(
-        index, os.getpid(), len(ordinals), time.perf_counter() - started,
+        index, os.getpid(), len(ordinals), ended - started, ended - closing,
         dataclasses.asdict(profiler.stats), tuple(mismatches),
     )  # fmt: skip
 

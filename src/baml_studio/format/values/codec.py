@@ -57,6 +57,7 @@ from baml_studio.format.values.model import (
 from baml_studio.format.values.wire import (
     MASK64,
     OMITTED_CLASS,
+    ONE_BYTE_VARINTS,
     PB_FALSE,
     PB_NULL,
     PB_TRUE,
@@ -91,10 +92,10 @@ __all__ = [
 
 ENTRY_OF_MAP = 0x1A  # PbMap.entries = 3
 ENTRY_OF_CLASS = 0x12  # PbClass.fields = 2
-_SMALL = tuple(bytes((i,)) for i in range(128))
 _INT_SMALL = tuple(TAG_INT + bytes((i,)) for i in range(128))
 _SOURCE_TAGS = dict(zip(MEDIA_SOURCES, (TAG_F3, TAG_F4, TAG_F5), strict=True))
-_KEY_FIELDS: dict[str, bytes] = {}
+KEY_FIELDS: dict[str, bytes] = {}
+"""Memo of :func:`key_field` (keys and class names repeat across captures); cleared when full."""
 _KEY_CACHE_SIZE = 4096
 _KEY_CACHE_MAX_LEN = 64
 
@@ -113,14 +114,14 @@ def frame(out: bytearray, start: int) -> None:
 
 def key_field(key: str) -> bytes:
     """Field 1 (``PbMapEntry.key``, ``PbClass.name``) as bytes, empty for ``""``; memoized."""
-    kf = _KEY_FIELDS.get(key)
+    kf = KEY_FIELDS.get(key)
     if kf is None:
         kb = utf8(key)
         kf = len_field(TAG_F1, kb) if kb else b""
         if len(key) <= _KEY_CACHE_MAX_LEN:
-            if len(_KEY_FIELDS) >= _KEY_CACHE_SIZE:
-                _KEY_FIELDS.clear()
-            _KEY_FIELDS[key] = kf
+            if len(KEY_FIELDS) >= _KEY_CACHE_SIZE:
+                KEY_FIELDS.clear()
+            KEY_FIELDS[key] = kf
     return kf
 
 
@@ -150,7 +151,7 @@ def write_str(out: bytearray, s: str) -> None:
         b = utf8(s)
     n = len(b)
     out += TAG_STRING
-    out += _SMALL[n] if n < 128 else varint(n)
+    out += ONE_BYTE_VARINTS[n] if n < 128 else varint(n)
     out += b
 
 
@@ -201,7 +202,7 @@ def _write_entries(out: bytearray, name: str | None, pairs: Iterable[tuple[str, 
     for key, x in pairs:
         out.append(etag)
         es = len(out)
-        out += _KEY_FIELDS.get(key) or key_field(key)
+        out += KEY_FIELDS.get(key) or key_field(key)
         out.append(0x12)  # PbMapEntry.value = 2
         vs = len(out)
         _write(out, x)

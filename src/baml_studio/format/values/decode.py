@@ -82,9 +82,8 @@ def decode_value(
         raise ValueTooDeep("value nests deeper than the Python stack allows") from exc
 
 
-def _expect(wt: int, want: int, what: str) -> None:
-    if wt != want:
-        raise ValueCorrupt(f"{what} has wire type {wt}, expected {want}")
+def _wrong_wire_type(wt: int, want: int, what: str) -> ValueCorrupt:
+    return ValueCorrupt(f"{what} has wire type {wt}, expected {want}")
 
 
 class _Decoder:
@@ -109,8 +108,13 @@ class _Decoder:
 
     def fields(self, pos: int, end: int) -> Iterator[tuple[int, int, int, int]]:
         """Yield ``(field, wire_type, a, b)``: a varint's value in ``a``, else the span ``a:b``."""
+        buf = self.buf
         while pos < end:
-            key, pos = self.varint(pos, end)
+            key = buf[pos]
+            if key < 0x80:
+                pos += 1
+            else:
+                key, pos = self.varint(pos, end)
             field, wt = key >> 3, key & 7
             if field == 0 or key > 0xFFFFFFFF:
                 raise ValueCorrupt(f"invalid field number {field} at offset {pos}")
@@ -119,7 +123,11 @@ class _Decoder:
                 yield field, wt, value, 0
                 continue
             if wt == WT_LEN:
-                size, pos = self.varint(pos, end)
+                if pos < end and buf[pos] < 0x80:
+                    size = buf[pos]
+                    pos += 1
+                else:
+                    size, pos = self.varint(pos, end)
             elif wt == WT_FIXED64:
                 size = 8
             elif wt == WT_FIXED32:
@@ -145,7 +153,8 @@ class _Decoder:
             want = _VALUE_WIRE.get(field)
             if want is None:
                 continue
-            _expect(wt, want, f"PbValue field {field}")
+            if wt != want:
+                raise _wrong_wire_type(wt, want, f"PbValue field {field}")
             if field == 3:
                 result = String(self.text(a, b))
             elif field == 4:
@@ -179,7 +188,8 @@ class _Decoder:
         out = []
         for field, wt, a, b in self.fields(pos, end):
             if field == want:
-                _expect(wt, WT_LEN, f"field {field}")
+                if wt != WT_LEN:
+                    raise _wrong_wire_type(wt, WT_LEN, f"field {field}")
                 out.append((a, b))
         return out
 
@@ -187,7 +197,8 @@ class _Decoder:
         first = second = ""
         for field, wt, a, b in self.fields(pos, end):
             if field in (f1, f2):
-                _expect(wt, WT_LEN, f"string field {field}")
+                if wt != WT_LEN:
+                    raise _wrong_wire_type(wt, WT_LEN, f"string field {field}")
                 if field == f1:
                     first = self.text(a, b)
                 else:
@@ -199,10 +210,12 @@ class _Decoder:
             key, value = "", None
             for field, wt, s, e in self.fields(a, b):
                 if field == 1:
-                    _expect(wt, WT_LEN, "PbMapEntry.key")
+                    if wt != WT_LEN:
+                        raise _wrong_wire_type(wt, WT_LEN, "PbMapEntry.key")
                     key = self.text(s, e)
                 elif field == 2:
-                    _expect(wt, WT_LEN, "PbMapEntry.value")
+                    if wt != WT_LEN:
+                        raise _wrong_wire_type(wt, WT_LEN, "PbMapEntry.value")
                     value = self.value(s, e, depth + 1)
             yield key, Omitted(UNKNOWN_VARIANT) if value is None else value
 
@@ -229,12 +242,15 @@ class _Decoder:
         kind, mime, source, content = 0, None, None, ""
         for field, wt, a, b in self.fields(pos, end):
             if field == 1:
-                _expect(wt, WT_VARINT, "PbMedia.media")
+                if wt != WT_VARINT:
+                    raise _wrong_wire_type(wt, WT_VARINT, "PbMedia.media")
                 kind = a
             elif field == 2:
-                _expect(wt, WT_LEN, "PbMedia.mime_type")
+                if wt != WT_LEN:
+                    raise _wrong_wire_type(wt, WT_LEN, "PbMedia.mime_type")
                 mime = self.text(a, b)
             elif field in _SOURCES:
-                _expect(wt, WT_LEN, f"PbMedia field {field}")
+                if wt != WT_LEN:
+                    raise _wrong_wire_type(wt, WT_LEN, f"PbMedia field {field}")
                 source, content = _SOURCES[field], self.text(a, b)
         return Media(MediaKind(min(kind, MediaKind.OTHER)), mime, source, content)

@@ -37,7 +37,7 @@ TAG_MEDIA_KIND = b"\x08"  # PbMedia.media, a varint
 
 OMITTED_CLASS = "baml.trace.OmittedValue"
 
-_SMALL = tuple(bytes((i,)) for i in range(128))
+ONE_BYTE_VARINTS = tuple(bytes((i,)) for i in range(128))
 pack_double = struct.Struct("<d").pack
 unpack_double = struct.Struct("<d").unpack_from
 
@@ -45,7 +45,7 @@ unpack_double = struct.Struct("<d").unpack_from
 def varint(n: int) -> bytes:
     """Unsigned LEB128 of ``0 <= n < 2**64``."""
     if n < 0x80:
-        return _SMALL[n]
+        return ONE_BYTE_VARINTS[n]
     if n < 0x4000:
         return bytes(((n & 0x7F) | 0x80, n >> 7))
     out = bytearray()

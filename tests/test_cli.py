@@ -1,0 +1,82 @@
+"""The CLI: every command documented with an example, exit codes as documented in cli.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from click.testing import CliRunner
+
+from baml_studio.cli import EXIT_CORRUPT, EXIT_UNAVAILABLE, main
+
+
+def _commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    found: list[tuple[str, ...]] = []
+    for name, command in group.commands.items():
+        found.append((*prefix, name))
+        if isinstance(command, click.Group):
+            found.extend(_commands(command, (*prefix, name)))
+    return found
+
+
+def test_every_command_has_help_with_an_example() -> None:
+    runner = CliRunner()
+    commands = _commands(main)
+    assert ("demo",) in commands and ("store", "check") in commands
+    for path in commands:
+        result = runner.invoke(main, [*path, "--help"])
+        assert result.exit_code == 0, path
+        command = main
+        for part in path:
+            assert isinstance(command, click.Group)
+            command = command.commands[part]  # type: ignore[assignment]
+        if not isinstance(command, click.Group):
+            assert "Example" in (command.help or ""), path
+
+
+def test_demo_then_check_reports_every_execution(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    report = tmp_path / "report.json"
+    runner = CliRunner()
+    result = runner.invoke(
+        main, ["demo", "--store", str(store), "--executions", "30", "--report", str(report)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "ran 30 executions" in result.output
+    generated = json.loads(report.read_text())
+    check = runner.invoke(main, ["store", "check", "--store", str(store), "--format", "json"])
+    assert check.exit_code == 0, check.output
+    summary = json.loads(check.output)
+    assert summary["executions"] == 30
+    assert summary["executions_missing_start_or_end"] == 0
+    assert summary["corruptions"] == []
+    expected = generated["totals"]["by_status"]
+    assert {k: v for k, v in summary["statuses"].items() if v} == {
+        k: v for k, v in expected.items() if v
+    }
+
+
+def test_check_exits_3_on_a_corrupt_file_and_4_without_a_store(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    runner = CliRunner()
+    assert runner.invoke(main, ["demo", "--store", str(store), "--executions", "5"]).exit_code == 0
+    victim = sorted(store.rglob("*.bamldata"))[0]
+    raw = bytearray(victim.read_bytes())
+    raw[60] ^= 0xFF
+    victim.write_bytes(bytes(raw))
+    result = runner.invoke(main, ["store", "check", "--store", str(store)])
+    assert result.exit_code == EXIT_CORRUPT
+    assert "InvalidChecksum" in result.output and victim.name in result.output
+    missing = runner.invoke(main, ["store", "check", "--store", str(tmp_path / "nope")])
+    assert missing.exit_code == EXIT_UNAVAILABLE
+
+
+def test_clean_removes_a_dot_baml_store(tmp_path: Path) -> None:
+    store = tmp_path / ".baml" / "profiles-v1"
+    runner = CliRunner()
+    assert runner.invoke(main, ["demo", "--store", str(store), "--executions", "3"]).exit_code == 0
+    result = runner.invoke(main, ["store", "clean", "--store", str(store)])
+    assert result.exit_code == 0, result.output
+    assert not store.exists()
+    assert (tmp_path / ".baml" / ".gitignore").read_text().splitlines() == ["*"]
