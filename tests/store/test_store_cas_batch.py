@@ -75,9 +75,7 @@ def test_budget_exhausted_mid_batch_latches_and_loses_the_rest(root: Path, euid:
         assert 0 < len(published) < len(items)
         lost = results[len(published) :]
         assert lost == [Lost(StoreFailureReason.DISK_GUARD_EXCEEDED)] * len(lost)
-        assert store.publish_cas_batch(_bodies(1)) == [
-            Lost(StoreFailureReason.DISK_GUARD_EXCEEDED)
-        ]
+        assert store.publish_cas_batch(_bodies(1)) == [Lost(StoreFailureReason.DISK_GUARD_EXCEEDED)]
     layout = StoreLayout(root)
     assert read_usage_state(layout) == scan_physical_usage(layout) <= 4500
 
