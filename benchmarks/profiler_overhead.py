@@ -47,6 +47,8 @@ from baml_studio.format.values import encode_python
 from baml_studio.profiler import Profiler, ProfilerConfig, baml_function
 
 GOAL = 1 / 3
+STORE_PARENT: str | None = None
+"""Where the profiled runs put their temp store (``--store-parent``; default: the temp dir)."""
 
 
 class Currency(enum.Enum):
@@ -197,34 +199,58 @@ def otel_functions(tracer: Tracer) -> tuple[Callable[[int, int], None], Callable
 @dataclass(frozen=True, slots=True)
 class Sample:
     app_ns: int
+    """Wall time of the calls on the calling thread."""
+    thread_cpu_ns: int
+    """CPU time of the calling thread during the calls."""
     total_ns: int
+    """Wall time of the calls plus the final flush (everything published or exported)."""
+    process_cpu_ns: int
+    """CPU time of every thread of the process during the calls and the flush."""
 
 
-def _drive(batch: Callable[[int, int], None], calls: int, size: int) -> int:
+@dataclass(frozen=True, slots=True)
+class Drive:
+    wall_ns: int
+    thread_cpu_ns: int
+    process_started_ns: int
+
+
+def _drive(batch: Callable[[int, int], None], calls: int, size: int) -> Drive:
     gc.collect()
+    process_started = time.process_time_ns()
+    cpu_started = time.thread_time_ns()
     started = time.perf_counter_ns()
     for start in range(0, calls, size):
         batch(start, min(calls, start + size))
-    return time.perf_counter_ns() - started
+    wall = time.perf_counter_ns() - started
+    return Drive(wall, time.thread_time_ns() - cpu_started, process_started)
+
+
+def _sample(drive: Drive, flush_ns: int) -> Sample:
+    return Sample(
+        drive.wall_ns,
+        drive.thread_cpu_ns,
+        drive.wall_ns + flush_ns,
+        time.process_time_ns() - drive.process_started_ns,
+    )
 
 
 def run_unprofiled(batch: Callable[[int, int], None], calls: int, size: int) -> Sample:
-    elapsed = _drive(batch, calls, size)
-    return Sample(elapsed, elapsed)
+    return _sample(_drive(batch, calls, size), 0)
 
 
 def run_profiled(
     batch: Callable[[int, int], None], calls: int, size: int, captured: bool
 ) -> Sample:
-    with tempfile.TemporaryDirectory(prefix="baml-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="baml-bench-", dir=STORE_PARENT) as tmp:
         config = ProfilerConfig(store_root=Path(tmp) / ".baml" / "profiles-v1")
         profiler = Profiler(config).activate()
         try:
-            app = _drive(batch, calls, size)
+            drive = _drive(batch, calls, size)
             started = time.perf_counter_ns()
             if not profiler.flush(timeout=300):
                 raise SystemExit("profiler flush timed out")
-            flush = time.perf_counter_ns() - started
+            sample = _sample(drive, time.perf_counter_ns() - started)
         finally:
             profiler.close()
         stats = profiler.stats
@@ -232,7 +258,7 @@ def run_profiled(
         expected_cas = 2 * calls if captured else 0
         if losses or stats.data_segments_lost or stats.cas_published < expected_cas:
             raise SystemExit(f"profiler lost data during the benchmark: {stats}")
-    return Sample(app, app + flush)
+    return sample
 
 
 def run_otel(case: str, calls: int, size: int) -> Sample:
@@ -242,16 +268,16 @@ def run_otel(case: str, calls: int, size: int) -> Sample:
         BatchSpanProcessor(exporter, max_queue_size=2 * calls + 1024, max_export_batch_size=512)
     )
     captured, plain = otel_functions(provider.get_tracer("bench"))
-    app = _drive(captured if case == "captured" else plain, calls, size)
+    drive = _drive(captured if case == "captured" else plain, calls, size)
     started = time.perf_counter_ns()
     provider.force_flush()
-    flush = time.perf_counter_ns() - started
+    sample = _sample(drive, time.perf_counter_ns() - started)
     spans = len(exporter.get_finished_spans())
     provider.shutdown()
     expected = calls + -(-calls // size)
     if spans != expected:
         raise SystemExit(f"OpenTelemetry exported {spans} spans, expected {expected}")
-    return Sample(app, app + flush)
+    return sample
 
 
 # --- driver ------------------------------------------------------------------------------------
@@ -271,8 +297,12 @@ def measure(case: str, calls: int, size: int, reps: int) -> dict[str, list[Sampl
     return results
 
 
-def per_call_us(samples: list[Sample], calls: int, total: bool) -> float:
-    return statistics.median(s.total_ns if total else s.app_ns for s in samples) / calls / 1000
+METRICS = ("app_ns", "thread_cpu_ns", "total_ns", "process_cpu_ns")
+METRIC_LABELS = ("app wall", "app CPU", "wall+flush", "all CPU")
+
+
+def per_call_us(samples: list[Sample], calls: int, metric: str) -> float:
+    return statistics.median(getattr(s, metric) for s in samples) / calls / 1000
 
 
 def serialisation_costs_us(count: int = 2_000) -> tuple[float, float]:
@@ -290,8 +320,12 @@ def serialisation_costs_us(count: int = 2_000) -> tuple[float, float]:
     return costs[0], costs[1]
 
 
+def _ratios(values: tuple[float, ...], base: tuple[float, ...]) -> tuple[float, ...]:
+    return tuple(v / b for v, b in zip(values, base, strict=True))
+
+
 def _ratio_row(case: str, label: str, values: tuple[float, ...]) -> None:
-    print(f"{case:<9} {label:<40} {values[0]:>8.2f} {values[1]:>8.2f}")
+    print(f"{case:<9} {label:<40}" + "".join(f"{v:>12.2f}" for v in values))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -301,9 +335,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plain-calls", type=int, default=50_000)
     parser.add_argument("--captured-batch", type=int, default=100, help="captured calls per root")
     parser.add_argument("--plain-batch", type=int, default=1_000, help="plain calls per root")
+    parser.add_argument(
+        "--store-parent",
+        default=None,
+        help="directory for the temp store, e.g. /dev/shm to take the disk out of the figures",
+    )
     args = parser.parse_args(argv)
-    print(f"Python {sys.version.split()[0]}, {args.reps} repetitions, median per call")
-    header = f"{'case':<9} {'mode':<22} {'app µs/call':>12} {'+flush µs/call':>15}"
+    global STORE_PARENT
+    STORE_PARENT = args.store_parent
+    print(f"Python {sys.version.split()[0]}, {args.reps} repetitions, median µs per call")
+    print(f"store under: {STORE_PARENT or tempfile.gettempdir()}")
+    print("app wall/CPU: the calling thread during the calls; wall+flush: until everything is")
+    print("published/exported; all CPU: every thread of the process, calls and flush")
+    header = f"{'case':<9} {'mode':<20}" + "".join(f"{label:>12}" for label in METRIC_LABELS)
     print(header)
     print("-" * len(header))
     summary = []
@@ -311,28 +355,33 @@ def main(argv: list[str] | None = None) -> int:
         ("captured", args.captured_calls, args.captured_batch),
         ("plain", args.plain_calls, args.plain_batch),
     )
+    labels = {"unprofiled": "unprofiled", "profiled": "profiled", "otel": "OpenTelemetry span"}
     for case, calls, batch in cases:
         results = measure(case, calls, batch, args.reps)
         rows = {
-            mode: (per_call_us(samples, calls, False), per_call_us(samples, calls, True))
+            mode: tuple(per_call_us(samples, calls, metric) for metric in METRICS)
             for mode, samples in results.items()
         }
-        labels = {"unprofiled": "unprofiled", "profiled": "profiled", "otel": "OpenTelemetry span"}
-        for mode, (app, total) in rows.items():
-            print(f"{case:<9} {labels[mode]:<22} {app:>12.2f} {total:>15.2f}")
-        base = rows["unprofiled"][0]
-        summary.append((case, base, rows["profiled"], rows["otel"]))
+        for mode, values in rows.items():
+            print(f"{case:<9} {labels[mode]:<20}" + "".join(f"{v:>12.2f}" for v in values))
+        summary.append((case, rows["unprofiled"], rows["profiled"], rows["otel"]))
     print()
-    print(f"{'case':<9} {'ratio':<40} {'app':>8} {'+flush':>8}")
+    print(f"{'case':<9} {'ratio':<40}" + "".join(f"{label:>12}" for label in METRIC_LABELS))
     for case, base, prof, otel in summary:
-        added = tuple((prof[i] - base) / (otel[i] - base) for i in (0, 1))
-        _ratio_row(case, "profiled / unprofiled", (prof[0] / base, prof[1] / base))
-        _ratio_row(case, "OTel span / unprofiled", (otel[0] / base, otel[1] / base))
+        added = tuple((p - b) / (o - b) for p, b, o in zip(prof, base, otel, strict=True))
+        _ratio_row(
+            case, "profiled / unprofiled", tuple(p / b for p, b in zip(prof, base, strict=True))
+        )
+        _ratio_row(
+            case, "OTel span / unprofiled", tuple(o / b for o, b in zip(otel, base, strict=True))
+        )
         _ratio_row(case, "profiler overhead / OTel span overhead", added)
         if case == "captured":
-            verdict = ["met" if value <= GOAL else "NOT met" for value in added]
-            goal = "goal: captured call <= 1/3 of a span"
-            print(f"{'':<9} {goal}: app {verdict[0]}, +flush {verdict[1]}")
+            verdict = ", ".join(
+                f"{label} {'met' if value <= GOAL else 'NOT met'}"
+                for label, value in zip(METRIC_LABELS, added, strict=True)
+            )
+            print(f"{'':<9} goal: captured call <= 1/3 of a span: {verdict}")
     encode, dumps = serialisation_costs_us()
     print()
     print(f"one invoice argument: encode_python {encode:.2f} µs, json.dumps {dumps:.2f} µs")

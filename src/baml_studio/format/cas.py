@@ -11,10 +11,12 @@ mismatch is ``InvalidChecksum``.
 
 from __future__ import annotations
 
+import hashlib
+import struct
 from dataclasses import dataclass
 
-from baml_studio.format.binio import Buffer, Reader, Writer, strip_checksum, with_checksum
-from baml_studio.format.errors import InvalidChecksum, InvalidMagic, UnsupportedVersion
+from baml_studio.format.binio import Buffer, Reader, strip_checksum
+from baml_studio.format.errors import EncodeError, InvalidChecksum, InvalidMagic, UnsupportedVersion
 from baml_studio.format.ids import value_cid
 
 CAS_MAGIC = b"BAMLVAL1"
@@ -31,16 +33,22 @@ class CasObject:
     body: bytes
 
 
-def encode_cas_object(codec: int, body: bytes) -> bytes:
-    """The whole ``.bamlvalue`` file for ``body`` under ``codec``."""
-    w = Writer()
-    w.raw(CAS_MAGIC)
-    w.u16(CAS_FORMAT_VERSION)
-    w.u16(codec)
-    w.u64(len(body))
-    w.raw(value_cid(codec, body))
-    w.raw(body)
-    return with_checksum(w.getvalue())
+_HEAD = struct.Struct(">8sHHQ32s")
+
+
+def encode_cas_object(codec: int, body: bytes, cid: bytes | None = None) -> bytes:
+    """The whole ``.bamlvalue`` file for ``body`` under ``codec``.
+
+    ``cid`` may be passed when the caller already computed ``value_cid(codec, body)``.
+    """
+    if not 0 <= codec <= 0xFFFF:
+        raise EncodeError(f"codec must fit in u16, got {codec}")
+    head = _HEAD.pack(
+        CAS_MAGIC, CAS_FORMAT_VERSION, codec, len(body), cid or value_cid(codec, body)
+    )
+    digest = hashlib.sha256(head)
+    digest.update(body)
+    return b"".join((head, body, digest.digest()))
 
 
 def decode_cas_object(raw: Buffer) -> CasObject:

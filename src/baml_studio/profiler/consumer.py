@@ -220,11 +220,13 @@ class Consumer:
             self._add(buf, SpanEnd(call, ended, status, inclusive), 70)
 
     def _encode(
-        self, snap: snapshot.Snapshot | None
+        self, snap: snapshot.Snapshot | None, *, charged: bool = True
     ) -> tuple[bytes | None, ValueLossReason | None]:
+        """Encode a snapshot; ``charged`` values release their pending-value budget."""
         if snap is None:
             return None, ValueLossReason.ENCODE_FAILED
-        self.rec.pending_value_bytes -= len(snap[1])
+        if charged:
+            self.rec.pending_value_bytes -= snapshot.charge(snap)
         try:
             body = snapshot.encode(snap)
         except Exception:
@@ -258,7 +260,7 @@ class Consumer:
         call, capture_id, fresh, payload = event[2], event[4], event[5], event[6]
         if fresh and payload is not None:
             throw_call, throw_key, fid, site, snap = payload
-            body, loss = self._encode(snap)
+            body, loss = self._encode(snap, charged=False)
             lost = ValueLost(loss or ValueLossReason.ENCODE_FAILED)
             state = lost if body is None else ValueAvailable(b"\0" * 32, 1, 0)
             capture = ErrorCapture(

@@ -336,18 +336,18 @@ class Recorder:
         loss: ValueLossReason | None = None
         snap: snapshot.Snapshot | None = None
         try:
-            snap = snapshot.take(value)
+            snap = snapshot.take_args(value) if role == ValueRole.INPUT else snapshot.take(value)
         except Exception:
             loss = ValueLossReason.ENCODE_FAILED
         if snap is not None:
-            size = len(snap[1])
+            size = snapshot.charge(snap)
             if self.pending_value_bytes + size > self.max_pending_value_bytes:
                 snap, loss = None, ValueLossReason.VALUE_MEMORY_EXCEEDED
             else:
                 self.pending_value_bytes += size
         event = (ev.VALUE, ex, frame.call, frame.key, role, snap, loss)
         if not self._push(event, ex, "value_attempt_transport_exceeded") and snap is not None:
-            self.pending_value_bytes -= len(snap[1])
+            self.pending_value_bytes -= snapshot.charge(snap)
 
     def exit_ok(self, frame: Frame, token: contextvars.Token[Frame | None], result: Any) -> None:
         try:
@@ -393,10 +393,9 @@ class Recorder:
             capture = ErrorCaptureId(thread.ref, thread.unwind_ordinal)
             throws[id(exc)] = (exc, origin[1], capture)
             throw_frame: Frame = origin[1]
-            payload = (
-                throw_frame.call, throw_frame.key, throw_frame.function_id,
-                self._throw_site(exc.__traceback__), snapshot.take(snapshot.exception_value(exc)),
-            )  # fmt: skip
+            value = snapshot.take_args(snapshot.exception_value(exc))
+            site = self._throw_site(exc.__traceback__)
+            payload = (throw_frame.call, throw_frame.key, throw_frame.function_id, site, value)
         event = (ev.ERROR, ex, frame.call, frame.key, capture, fresh, payload)
         if self._push(event, ex, "error_capture_attempt_transport_exceeded"):
             if fresh:

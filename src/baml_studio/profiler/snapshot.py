@@ -1,13 +1,21 @@
 """Value snapshots taken on the hot path, encoded to codec-1 bodies on the consumer thread.
 
-A captured argument or output is frozen at the moment of capture so later mutation cannot change
-what was recorded. Values made only of builtins are frozen with :mod:`marshal` (C speed, about a
-microsecond for a typical argument dict); anything else (dataclasses, pydantic models, enums,
-subclasses of builtins) is encoded to its codec-1 body right away.
+A captured argument or output must be recorded as it was at the moment of capture, so later
+mutation cannot change it. Three ways, cheapest first:
+
+* builtins only (dict, list, str, numbers, ...): frozen with :mod:`marshal` (C speed, about a
+  microsecond for a typical argument dict);
+* deeply immutable values (frozen dataclasses, frozen pydantic models, enums, tuples and
+  frozensets of those, and scalars): held by reference — they cannot change, so the consumer
+  encodes them later and the calling thread pays only for the immutability check;
+* anything else (mutable dataclasses or models, custom objects): encoded to the codec-1 body
+  right away, on the calling thread.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import marshal
 from typing import Any
 
@@ -15,23 +23,99 @@ from baml_studio.format.values.python import encode_python
 
 MARSHALLED = 0
 ENCODED = 1
+HELD = 2
+HELD_SIZE_ESTIMATE = 512
+"""Bytes charged against the pending-value budget for a held (not yet encoded) value."""
+MAX_FROZEN_NODES = 4096
 
-Snapshot = tuple[int, bytes]
+Snapshot = tuple[int, Any]
+_SCALARS = frozenset({str, int, float, bool, type(None), bytes})
+_FROZEN_FIELDS: dict[type, tuple[str, ...] | None] = {}
+
+
+def _frozen_fields(cls: type) -> tuple[str, ...] | None:
+    """Field names of a frozen dataclass or frozen pydantic model class, else None (cached)."""
+    try:
+        return _FROZEN_FIELDS[cls]
+    except KeyError:
+        pass
+    names: tuple[str, ...] | None = None
+    params = getattr(cls, "__dataclass_params__", None)
+    if params is not None and getattr(params, "frozen", False):
+        names = tuple(f.name for f in dataclasses.fields(cls))
+    else:
+        config = getattr(cls, "model_config", None)
+        model_fields = getattr(cls, "model_fields", None)
+        if (
+            isinstance(config, dict)
+            and config.get("frozen")
+            and config.get("extra") != "allow"
+            and isinstance(model_fields, dict)
+        ):
+            names = tuple(model_fields)
+    _FROZEN_FIELDS[cls] = names
+    return names
+
+
+def is_deeply_immutable(obj: Any) -> bool:
+    """True if nothing reachable from ``obj`` can change (bounded to MAX_FROZEN_NODES nodes)."""
+    stack = [obj]
+    budget = MAX_FROZEN_NODES
+    while stack:
+        budget -= 1
+        if budget < 0:
+            return False
+        item = stack.pop()
+        cls = type(item)
+        if cls in _SCALARS or isinstance(item, enum.Enum):
+            continue
+        if cls is tuple or cls is frozenset:
+            stack.extend(item)
+            continue
+        names = _frozen_fields(cls)
+        if names is None:
+            return False
+        for name in names:
+            stack.append(getattr(item, name))
+    return True
 
 
 def take(obj: Any) -> Snapshot:
-    """Freeze ``obj``. Raises only if the value cannot be encoded at all (an ``encode_failed``)."""
+    """Freeze ``obj``. Never raises: an uncapturable value encodes as ``Omitted``."""
     try:
         return MARSHALLED, marshal.dumps(obj)
     except ValueError:
-        return ENCODED, encode_python(obj)
+        pass
+    if is_deeply_immutable(obj):
+        return HELD, obj
+    return ENCODED, encode_python(obj)
+
+
+def take_args(args: dict[str, Any]) -> Snapshot:
+    """Freeze a call's argument map. The dict is the profiler's own (built per call), so
+    only its values need freezing."""
+    try:
+        return MARSHALLED, marshal.dumps(args)
+    except ValueError:
+        pass
+    if all(is_deeply_immutable(value) for value in args.values()):
+        return HELD, args
+    return ENCODED, encode_python(args)
+
+
+def charge(snap: Snapshot) -> int:
+    """Bytes a snapshot holds against the pending-value budget."""
+    kind, payload = snap
+    return HELD_SIZE_ESTIMATE if kind == HELD else len(payload)
 
 
 def encode(snap: Snapshot) -> bytes:
     """The codec-1 body of a snapshot."""
     kind, payload = snap
     if kind == ENCODED:
-        return payload
+        return bytes(payload)
+    if kind == HELD:
+        return encode_python(payload)
     return encode_python(marshal.loads(payload))
 
 

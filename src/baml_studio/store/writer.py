@@ -174,12 +174,13 @@ class StreamStore:
         results: list[CasResult | None] = [None] * len(items)
         pending: list[tuple[int, bytes, bytes, Path]] = []
         seen: dict[bytes, int] = {}
+        cids = [value_cid(codec, body) for codec, body in items]
         for index, (codec, body) in enumerate(items):
-            raw = encode_cas_object(codec, body)
-            cid = value_cid(codec, body)
-            final = self._layout.cas_path(cid)
+            cid = cids[index]
             if cid in seen:
                 continue
+            raw = encode_cas_object(codec, body, cid)
+            final = self._layout.cas_path(cid)
             seen[cid] = index
             try:
                 os.lstat(final)
@@ -204,9 +205,9 @@ class StreamStore:
                 results[index] = verified or Lost(StoreFailureReason.PATH_CONFLICT)
             else:
                 results[index] = attempt
-        for index, (codec, body) in enumerate(items):
+        for index in range(len(items)):
             if results[index] is None:
-                results[index] = results[seen[value_cid(codec, body)]]
+                results[index] = results[seen[cids[index]]]
         return [r for r in results if r is not None]
 
     def resolve_indeterminate(self) -> bool:
