@@ -80,3 +80,20 @@ def test_clean_removes_a_dot_baml_store(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert not store.exists()
     assert (tmp_path / ".baml" / ".gitignore").read_text().splitlines() == ["*"]
+
+
+def test_demo_of_1000_executions_is_whole(tmp_path: Path) -> None:
+    """The issue's bar: exactly 1,000 executions, each started and ended, every file intact."""
+    store = tmp_path / "store"
+    runner = CliRunner()
+    result = runner.invoke(
+        main, ["demo", "--store", str(store), "--executions", "1000", "--processes", "2"]
+    )
+    assert result.exit_code == 0, result.output
+    check = runner.invoke(main, ["store", "check", "--store", str(store), "--format", "json"])
+    assert check.exit_code == 0, check.output
+    summary = json.loads(check.output)
+    assert summary["executions"] == 1000
+    assert summary["executions_missing_start_or_end"] == 0
+    assert summary["corruptions"] == [] and len(summary["streams"]) == 2
+    assert sum(summary["statuses"].values()) == 1000

@@ -1,0 +1,81 @@
+"""When the consumer publishes: the publish interval, the size target, flush."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from readback import load
+
+from baml_studio.format.records import RootStatus
+from baml_studio.profiler import Profiler, ProfilerConfig, baml_function
+from baml_studio.store import StoreReader
+
+
+@baml_function(name="publication.Work", llm=True)
+def work(text: str) -> str:
+    return text.upper()
+
+
+def _data_files(root: Path) -> list[Path]:
+    return sorted(root.glob("streams/*/data/*.bamldata"))
+
+
+def _wait_for(condition: object, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():  # type: ignore[operator]
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_publish_interval_publishes_without_a_flush(store_root: Path) -> None:
+    prof = Profiler(
+        ProfilerConfig(store_root=store_root, publish_interval_s=0.05, wake_interval_s=0.01)
+    ).activate()
+    try:
+        work("a")
+        assert _wait_for(lambda: any(e.ended for e in StoreReader(store_root).scan().executions))
+    finally:
+        prof.close()
+
+
+def test_without_an_interval_nothing_is_published_before_flush(store_root: Path) -> None:
+    prof = Profiler(
+        ProfilerConfig(store_root=store_root, publish_interval_s=None, wake_interval_s=0.01)
+    ).activate()
+    try:
+        work("a")
+        drained = _wait_for(lambda: not prof.recorder.events)
+        assert drained and _data_files(store_root) == []
+        assert prof.flush()
+        assert len(_data_files(store_root)) == 1
+    finally:
+        prof.close()
+
+
+def test_size_target_splits_data_into_several_segments(store_root: Path) -> None:
+    prof = Profiler(
+        ProfilerConfig(store_root=store_root, publish_interval_s=None, segment_target_bytes=2000)
+    ).activate()
+    for index in range(40):
+        work(f"text {index}")
+    prof.close()
+    assert len(_data_files(store_root)) > 2
+    view = load(store_root)
+    assert len(view.executions) == 40
+    for ex in view.executions.values():
+        assert ex.ended is not None and ex.ended.status == RootStatus.SUCCEEDED
+        assert ex.ended.data_segment_count == 1
+
+
+def test_many_roots_make_few_files(store_root: Path) -> None:
+    prof = Profiler(ProfilerConfig(store_root=store_root, publish_interval_s=None)).activate()
+    for index in range(1000):
+        work(str(index % 7))  # 7 distinct inputs: values dedupe in the CAS
+    prof.close()
+    # reference facts §8.1: 1,000 roots -> 2 meta segments and at most 2 data files
+    assert len(sorted(store_root.glob("streams/*/meta/*.bamlmeta"))) == 2
+    assert len(_data_files(store_root)) <= 2
+    assert len(list(store_root.glob("cas/sha256/*/*.bamlvalue"))) == 1 + 14
