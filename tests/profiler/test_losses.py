@@ -207,3 +207,14 @@ def test_abandoned_executions_end_at_close(store_root: Path) -> None:
     ex = load(store_root).only()
     assert ex.ended is not None and ex.ended.status == RootStatus.ABANDONED
     assert len(ex.of(SpanStart)) == 1
+
+
+def test_an_unopenable_store_makes_every_record_a_counted_loss(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the store's parent should be")
+    prof = Profiler(ProfilerConfig(store_root=blocker / "profiles-v1")).activate()
+    assert prof.open_error is not None and prof.store is None
+    assert root(3) == 3
+    prof.close()
+    assert prof.stats.cas_lost > 0 and prof.stats.internal_errors == 0
+    assert blocker.read_text().startswith("a file")
