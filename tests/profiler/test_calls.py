@@ -257,3 +257,33 @@ def test_function_table_and_program_id_are_published(profiler: Profiler, store_r
     assert [f.function_id for f in table.functions] == sorted(
         f.function_id for f in table.functions
     )
+
+
+@baml_function(name="tests.AwaitLeaf")
+async def await_leaf() -> int:
+    for _ in range(3):
+        await asyncio.sleep(0.001)
+    return 1
+
+
+@baml_function(name="tests.AwaitParent")
+async def await_parent() -> int:
+    await asyncio.sleep(0.001)  # the parent's own await
+    return await await_leaf() + await await_leaf()
+
+
+def test_awaits_inside_a_direct_child_are_not_counted_twice(
+    profiler: Profiler, store_root: Path
+) -> None:
+    assert asyncio.run(await_parent()) == 2
+    assert profiler.flush()
+    merged = load(store_root).only().merged_cct()
+        merged.contexts, key=lambda c: c.tuple is not None and c.tuple.parent_key is not None
+    )
+    root_ctx = next(c for c in merged.contexts if c.tuple and c.tuple.parent_key is None)
+    leaf_ctx = next(c for c in merged.contexts if c.tuple and c.tuple.parent_key == root_ctx.key)
+    assert root_ctx.counters.await_count == 1 and leaf_ctx.counters.await_count == 6
+    assert root_ctx.counters.direct_call_child_inclusive_ns == leaf_ctx.counters.inclusive_ns
+    spent = root_ctx.counters.direct_call_child_inclusive_ns + root_ctx.counters.await_ns
+    assert spent <= root_ctx.counters.inclusive_ns
+    assert self_ns(root_ctx.counters) == (root_ctx.counters.inclusive_ns - spent, False)

@@ -132,6 +132,7 @@ class _Timed:
             except StopIteration as stop:
                 return stop.value
             suspended = _perf()
+            own = frame.active_children == 0  # else a direct child is the one suspended
             try:
                 to_send = yield yielded
             except GeneratorExit:
@@ -139,8 +140,9 @@ class _Timed:
                 raise
             except BaseException as exc:
                 to_throw = exc
-            frame.await_ns += _perf() - suspended
-            frame.await_count += 1
+            if own:
+                frame.await_ns += _perf() - suspended
+                frame.await_count += 1
 
 
 @overload

@@ -85,4 +85,7 @@ class Frame:
     child_ns: int = 0
     await_ns: int = 0
     await_count: int = 0
+    active_children: int = 0
+    """Direct (call-edge) children in flight: a suspension while one runs is the child's await,
+    already inside the child's inclusive time, so it is not this frame's own await."""
     dropped: bool = False

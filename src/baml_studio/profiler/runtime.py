@@ -309,6 +309,8 @@ class Recorder:
         program = self._programs[ex.engine.engine_id]
         key = self._key(program.program_id, parent_key, info.function_id, site, edge)
         frame = Frame(call, parent, thread, key, info.function_id, now, selected, roles, edge)
+        if edge == 1 and parent is not None:
+            parent.active_children += 1
         token = CURRENT.set(frame)
         if selected:
             parent_call = parent.call if parent is not None else None
@@ -424,6 +426,7 @@ class Recorder:
             return
         if frame.parent is not None and frame.edge == 1:
             frame.parent.child_ns += inclusive
+            frame.parent.active_children -= 1
         ex = frame.thread.execution
         span_end = (frame.call, now, status) if frame.selected and not frame.dropped else None
         event = (

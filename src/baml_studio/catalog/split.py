@@ -1,0 +1,79 @@
+"""The public/private split of catalog v1 (DESIGN.md §5), derived from :mod:`.schema`.
+
+:data:`CLASSIFICATION` is the one table: every column of every relation with its visibility.
+Public columns may go to ClickHouse; private ones (value bodies, source locations, thread
+names) stay in Lance, next to the relation's key columns so the halves join back.
+:func:`split_table` cuts a folded table in two; :func:`join_split` puts it back together.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from baml_studio.catalog.schema import RELATIONS, Relation, Visibility
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnClass:
+    relation: str
+    column: str
+    visibility: Visibility
+    key: bool
+
+
+CLASSIFICATION: tuple[ColumnClass, ...] = tuple(
+    ColumnClass(r.name, c.name, c.visibility, c.key) for r in RELATIONS for c in r.columns
+)
+"""Every column of every relation, in catalog order, with its visibility."""
+
+
+def key_columns(relation: Relation) -> list[str]:
+    return [c.name for c in relation.columns if c.key]
+
+
+def public_schema(relation: Relation) -> pa.Schema:
+    """The public columns, in relation order (keys are public)."""
+    return pa.schema([c.field() for c in relation.public_columns()])
+
+
+def private_schema(relation: Relation) -> pa.Schema:
+    """The key columns, then the private columns, in relation order."""
+    return pa.schema(
+        [c.field() for c in relation.columns if c.key or c.visibility is Visibility.PRIVATE]
+    )
+
+
+def split_table(relation: Relation, table: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """``(public, private)`` halves of a table with ``relation``'s schema (row for row)."""
+    if table.schema != relation.schema():
+        raise ValueError(f"table does not have the schema of {relation.name}")
+    public = table.select(public_schema(relation).names)
+    private = table.select(private_schema(relation).names)
+    return public, private
+
+
+def join_split(relation: Relation, public: pa.Table, private: pa.Table) -> pa.Table:
+    """The table with ``relation``'s schema, public rows in their order, private columns
+    matched on the key columns. A relation without private columns needs no match (its
+    key is not always unique: ``health_v1`` repeats metrics per plane)."""
+    private_names = [c.name for c in relation.private_columns()]
+    if not private_names:
+        return public.select([f.name for f in relation.schema()]).cast(relation.schema())
+    keys = key_columns(relation)
+    position = {
+        key: row
+        for row, key in enumerate(zip(*(private[k].to_pylist() for k in keys), strict=True))
+    }
+    try:
+        indices = [
+            position[key] for key in zip(*(public[k].to_pylist() for k in keys), strict=True)
+        ]
+    except KeyError as exc:
+        raise ValueError(f"{relation.name}: no private row for key {exc.args[0]!r}") from None
+    taken = private.take(pa.array(indices, pa.int64()))
+    columns = [
+        taken[f.name] if f.name in private_names else public[f.name] for f in relation.schema()
+    ]
+    return pa.Table.from_arrays(columns, schema=relation.schema())

@@ -1,0 +1,184 @@
+"""The query engine: SQL text in, streamed rows and one typed outcome out.
+
+``execute`` admits the statement (:mod:`.gatekeeper`), rewrites value expressions
+(:mod:`.rewrite`), folds only the relations and executions the query can see
+(:mod:`.pushdown`), plans it in a fresh DataFusion session (:mod:`.session`) and returns a
+:class:`~baml_studio.query.result.QueryResult` that streams rows batch by batch. Errors never
+raise out of ``execute``: they end the result with a failed outcome, so a stream always ends
+with exactly one ``queryOutcome``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+from datafusion import DataFrame
+
+from baml_studio.catalog.source import CatalogSource, Snapshot
+from baml_studio.format.errors import BamlStudioError
+from baml_studio.query.config import QueryBudgets
+from baml_studio.query.errors import (
+    DependencyUnavailable,
+    InternalQueryError,
+    InvalidSql,
+    QueryError,
+    engine_message,
+)
+from baml_studio.query.gatekeeper import Statement, admit
+from baml_studio.query.names import relations, suggest
+from baml_studio.query.pushdown import Restriction, needed_relations
+from baml_studio.query.result import QueryResult
+from baml_studio.query.rewrite import rewrite
+from baml_studio.query.schema_doc import schema_document
+from baml_studio.query.session import build_session, sql
+from baml_studio.query.udfs import build_udfs
+from baml_studio.query.values import ValueResolver
+
+UNKNOWN_SNAPSHOT = Snapshot(catalog_version="v1", generation="", projected_through=0)
+_NO_FIELD = re.compile(r"No field named ([\w.\"]+)")
+_VALID_FIELDS = re.compile(r"Valid fields are (.*?)\.?$")
+
+
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    frame: DataFrame
+    value_columns: frozenset[str]
+
+
+class QueryEngine:
+    def __init__(
+        self,
+        source: CatalogSource,
+        budgets: QueryBudgets | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._source = source
+        self._budgets = budgets or QueryBudgets()
+        self._clock = clock
+
+    def execute(self, sql_text: str, *, internal: bool = False) -> QueryResult:
+        """Plan ``sql_text`` and return its (lazily streamed) result; never raises QueryError."""
+        deadline = self._clock() + self._budgets.max_wall_s
+        resolver = ValueResolver(self._source, self._budgets, deadline, self._clock)
+        snapshot = UNKNOWN_SNAPSHOT
+        try:
+            snapshot = self._snapshot()
+            planned = self._plan(sql_text, internal, resolver, explain_only=False)
+            resolver.check_deadline()
+        except QueryError as exc:
+            return QueryResult.failed(snapshot, resolver, exc)
+        return QueryResult(planned.frame, planned.value_columns, snapshot, resolver, self._budgets)
+
+    def explain(self, sql_text: str, *, internal: bool = False) -> str:
+        """The logical and physical plans of a query (no data is folded or read).
+
+        Raises :class:`~baml_studio.query.errors.QueryError` for SQL it would not run."""
+        statement = admit(sql_text, internal=internal)
+        if statement.kind not in ("query", "explain"):
+            raise InvalidSql(
+                f"only queries have a plan; got {statement.text!r}", "pass a SELECT query"
+            )
+        deadline = self._clock() + self._budgets.max_wall_s
+        resolver = ValueResolver(self._source, self._budgets, deadline, self._clock)
+        text = statement.text if statement.kind == "explain" else f"EXPLAIN {statement.text}"
+        planned = self._plan(text, internal, resolver, explain_only=True)
+        try:
+            table = pa.Table.from_batches(planned.frame.collect())
+        except Exception as exc:  # DataFusion raises bare Exception subclasses
+            raise InternalQueryError(f"EXPLAIN failed: {engine_message(exc)}") from exc
+        lines: list[str] = []
+        for row in table.to_pylist():
+            lines.append(f"{row['plan_type']}:")
+            lines.extend("  " + line for line in str(row["plan"]).rstrip().splitlines())
+        return "\n".join(lines)
+
+    def schema_document(self, internal: bool = False) -> dict[str, object]:
+        """The ``--schema`` JSON document (reference facts §5.8)."""
+        return schema_document(self._snapshot(), internal)
+
+    def _snapshot(self) -> Snapshot:
+        try:
+            return self._source.snapshot()
+        except (BamlStudioError, OSError) as exc:
+            raise DependencyUnavailable(
+                f"the catalog source is unavailable: {exc}", "check that the store exists"
+            ) from exc
+
+    def _plan(
+        self, text: str, internal: bool, resolver: ValueResolver, *, explain_only: bool
+    ) -> _Planned:
+        statement = admit(text, internal=internal)
+        final, value_columns, needs = _translate(statement, internal, explain_only)
+        data = self._fetch(needs)
+        ctx = build_session(data, internal=internal, functions=build_udfs(resolver))
+        try:
+            frame = sql(ctx, final)
+        except Exception as exc:  # DataFusion planning errors are ValueError/Exception
+            raise _planning_error(exc, internal) from exc
+        return _Planned(frame, value_columns)
+
+    def _fetch(self, needs: Mapping[str, Restriction]) -> dict[str, pa.Table]:
+        groups: dict[Restriction, list[str]] = {}
+        for name, restriction in sorted(needs.items()):
+            if restriction is not None and not restriction:
+                continue  # an empty intersection: the relation is empty, nothing to fold
+            groups.setdefault(restriction, []).append(name)
+        data: dict[str, pa.Table] = {}
+        for restriction, names in groups.items():
+            ids = None if restriction is None else sorted(restriction)
+            try:
+                served = self._source.tables(names, execution_ids=ids)
+            except (BamlStudioError, OSError) as exc:
+                raise DependencyUnavailable(
+                    f"the catalog source could not serve {names}: {exc}",
+                    "check the store, then retry",
+                ) from exc
+            data.update({name: served[name] for name in names if name in served})
+        return data
+
+
+def _translate(
+    statement: Statement, internal: bool, explain_only: bool
+) -> tuple[str, frozenset[str], dict[str, Restriction]]:
+    """The SQL DataFusion runs, its value columns and the data it needs."""
+    if statement.query is None:
+        return statement.text, frozenset(), {}
+    rewritten = rewrite(statement.query, internal=internal)
+    query_sql = rewritten.sql if rewritten.sql is not None else statement.query_text
+    reads = statement.kind == "query" or statement.analyze
+    needs = needed_relations(statement.query, internal) if reads and not explain_only else {}
+    if statement.kind == "explain":
+        options = f" {statement.explain_options}" if statement.explain_options else ""
+        return f"EXPLAIN{options} {query_sql}", frozenset(), needs
+    return query_sql, rewritten.value_columns, needs
+
+
+def _planning_error(exc: Exception, internal: bool) -> QueryError:
+    message = engine_message(exc)
+    missing = _NO_FIELD.search(message)
+    if missing:
+        name = missing.group(1).rstrip(".").strip('"').rsplit(".", 1)[-1]
+        valid = _VALID_FIELDS.search(message)
+        columns = (
+            {f.strip().strip('"').rsplit(".", 1)[-1] for f in valid.group(1).split(",")}
+            if valid
+            else {c.name for r in relations(internal) for c in r.columns}
+        )
+        guess = suggest(name, columns - {name})
+        hint = f"did you mean {guess!r}? " if guess else ""
+        return InvalidSql(
+            f"unknown column {name!r} ({message})",
+            f"{hint}see SHOW COLUMNS FROM <table> or SELECT * FROM baml_columns",
+        )
+    if "coerce" in message and "Utf8" in message:
+        return InvalidSql(
+            message,
+            "a value expression outside a comparison is text; CAST it for arithmetic, "
+            "for example CAST(args['customer']['age'] AS DOUBLE)",
+        )
+    return InvalidSql(message, "check the query against SHOW TABLES and baml_columns")

@@ -1,0 +1,54 @@
+"""Child process for the SQLite queue tests.
+
+``durability DB N``: send N messages, receive them all and delete every other one, print
+``ready``, then send forever. Every line is printed only after the call it reports returned.
+
+``consume DB``: receive and delete until the queue stays empty for 0.5 s; print each id.
+
+``send DB BODY``: send one message and print its id.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from baml_studio.queue.sqlite import SqliteQueue
+
+
+def durability(queue: SqliteQueue, count: int) -> None:
+    for i in range(count):
+        print("sent", queue.send(f"m{i}"), flush=True)
+    while messages := queue.receive(max_messages=10):
+        for message in messages[::2]:
+            queue.delete(message.receipt)
+            print("deleted", message.id, flush=True)
+    print("ready", flush=True)
+    i = 0
+    while True:
+        print("sent", queue.send(f"extra{i}"), flush=True)
+        i += 1
+
+
+def consume(queue: SqliteQueue) -> None:
+    while messages := queue.receive(max_messages=3, wait_s=0.5):
+        for message in messages:
+            queue.delete(message.receipt)
+            print(message.id, flush=True)
+
+
+def main() -> None:
+    command, path = sys.argv[1], Path(sys.argv[2])
+    with SqliteQueue(path) as queue:
+        if command == "durability":
+            durability(queue, int(sys.argv[3]))
+        elif command == "consume":
+            consume(queue)
+        elif command == "send":
+            print(queue.send(sys.argv[3]), flush=True)
+        else:
+            raise SystemExit(f"unknown command {command!r}")
+
+
+if __name__ == "__main__":
+    main()
