@@ -1,6 +1,6 @@
 """The ``baml-studio`` command: a thin shell over the library.
 
-Exit codes (every command):
+Exit codes (every command except ``query``, whose codes are in :mod:`baml_studio.cli_query`):
     0  success
     1  an unexpected internal error
     2  usage error (bad option or argument)
@@ -19,6 +19,7 @@ from typing import Any
 
 import click
 
+from baml_studio.cli_query import query as query_command
 from baml_studio.format.ids import euid_hex
 from baml_studio.store import StoreError, StoreInUse, StoreReader, clean_profiles_v1
 from baml_studio.store.config import resolve_store_root
@@ -91,6 +92,9 @@ def demo(store: Path, executions: int, processes: int, seed: int, report: Path |
         f"ran {len(result.executions)} executions in {processes} process(es) into {store}: "
         + ", ".join(f"{count} {status}" for status, count in sorted(by_status.items()))
     )
+
+
+main.add_command(query_command)
 
 
 @main.group()

@@ -72,18 +72,36 @@ def exit_code(outcome: dict[str, Any]) -> int:
 
 @click.command("query")
 @click.argument("sql", required=False)
-@click.option("--store", type=click.Path(path_type=Path, file_okay=False), default=None,
-              help="The profiles-v1 store (default: $BAML_PROFILE_DIR or ./.baml/profiles-v1).")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "jsonl"]), default="table",
-              show_default=True, help="Output shape.")
+@click.option(
+    "--store",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="The profiles-v1 store (default: $BAML_PROFILE_DIR or ./.baml/profiles-v1).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "jsonl"]),
+    default="table",
+    show_default=True,
+    help="Output shape.",
+)
 @click.option("--schema", "show_schema", is_flag=True, help="Print the catalog schema as JSON.")
 @click.option("--table", "table_name", default=None, help="With --schema: only this relation.")
 @click.option("--explain", is_flag=True, help="Print the query plan instead of running it.")
-@click.option("--max-rows", type=click.IntRange(min=0), default=None,
-              help="Stop after this many result rows (budget_exhausted).")
+@click.option(
+    "--max-rows",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Stop after this many result rows (budget_exhausted).",
+)
 @click.option("--max-wall", default=None, help="Wall-time budget, e.g. 30s or 1500ms.")
-@click.option("--internal", is_flag=True, envvar="BAML_INTERNAL",
-              help="Also expose processes, store_files and value_index.")
+@click.option(
+    "--internal",
+    is_flag=True,
+    envvar="BAML_INTERNAL",
+    help="Also expose processes, store_files and value_index.",
+)
 def query(
     sql: str | None,
     store: Path | None,
@@ -104,10 +122,10 @@ def query(
       baml-studio query --store demo-store \\
         "SELECT thread_id, status, total_errors FROM threads WHERE parent_thread_id IS NULL LIMIT 5"
       baml-studio query --store demo-store --format jsonl \\
-        "SELECT call_id, args['customer']['age'] AS age FROM calls WHERE args['customer']['age'] >= 30"
+        "SELECT call_id, output FROM calls WHERE args['customer']['age'] >= 30"
     """
     from baml_studio.catalog.local import LocalStoreSource
-    from baml_studio.query import QueryBudgets, QueryEngine
+    from baml_studio.query import QueryBudgets, QueryEngine, QueryError
     from baml_studio.store.config import resolve_store_root
 
     root = store if store is not None else resolve_store_root(Path.cwd(), os.environ)
@@ -120,12 +138,30 @@ def query(
     if max_wall is not None:
         budgets = dataclasses.replace(budgets, max_wall_s=parse_duration(max_wall))
     engine = QueryEngine(LocalStoreSource(root), budgets)
+    try:
+        _dispatch(engine, sql, fmt, internal, show_schema, table_name, explain)
+    except QueryError as exc:
+        outcome = {"resultState": "failed", "error": {"code": exc.code, "message": str(exc)}}
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(failure_exit(outcome))
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+def _dispatch(
+    engine: Any,
+    sql: str | None,
+    fmt: str,
+    internal: bool,
+    show_schema: bool,
+    table_name: str | None,
+    explain: bool,
+) -> None:
     if show_schema:
         document = engine.schema_document(internal=internal)
         if table_name is not None:
             document["relations"] = [
-                r for r in document["relations"]
-                if table_name in (r["name"], r["alias"])
+                r for r in document["relations"] if table_name in (r["name"], r["alias"])
             ]
         click.echo(json.dumps(document, indent=2))
         return
@@ -133,18 +169,15 @@ def query(
         raise click.UsageError("give a SQL statement, or - to read it from standard input")
     if sql == "-":
         sql = sys.stdin.read()
-    try:
-        if explain:
-            click.echo(engine.explain(sql, internal=internal))
-            return
-        _run(engine, sql, fmt, internal)
-    except KeyboardInterrupt:
-        sys.exit(130)
+    if explain:
+        click.echo(engine.explain(sql, internal=internal))
+        return
+    _run(engine, sql, fmt, internal)
 
 
 def _run(engine: Any, sql: str, fmt: str, internal: bool) -> None:
     result = engine.execute(sql, internal=internal)
-    out = click.get_text_stream("stdout")
+    out = sys.stdout
     if fmt == "jsonl":
         for row in result:
             out.write(json.dumps(row, separators=(",", ":"), ensure_ascii=False) + "\n")

@@ -278,8 +278,6 @@ def test_awaits_inside_a_direct_child_are_not_counted_twice(
     assert asyncio.run(await_parent()) == 2
     assert profiler.flush()
     merged = load(store_root).only().merged_cct()
-        merged.contexts, key=lambda c: c.tuple is not None and c.tuple.parent_key is not None
-    )
     root_ctx = next(c for c in merged.contexts if c.tuple and c.tuple.parent_key is None)
     leaf_ctx = next(c for c in merged.contexts if c.tuple and c.tuple.parent_key == root_ctx.key)
     assert root_ctx.counters.await_count == 1 and leaf_ctx.counters.await_count == 6

@@ -128,3 +128,32 @@ def test_result_is_iterable_once() -> None:
     with pytest.raises(RuntimeError):
         iter(result)
     assert result.query_outcome().result_state == "complete"
+
+
+def test_source_bug_is_an_internal_outcome_not_an_exception() -> None:
+    class Broken(FakeSource):
+        def tables(self, relations, execution_ids):  # type: ignore[no-untyped-def]
+            raise KeyError("bug")
+
+    result = QueryEngine(Broken()).execute("SELECT * FROM calls")
+    assert list(result) == []
+    outcome = result.outcome()
+    assert outcome["resultState"] == "failed"
+    assert outcome["error"]["code"] == "internal"
+
+
+def test_source_error_is_dependency_unavailable() -> None:
+    class Failing(FakeSource):
+        def tables(self, relations, execution_ids):  # type: ignore[no-untyped-def]
+            raise OSError("disk gone")
+
+    outcome = outcome_of("SELECT * FROM calls", Failing())
+    assert outcome["error"]["code"] == "dependency_unavailable"
+    assert outcome["error"]["retryable"] is True
+
+
+def test_execution_error_is_invalid_sql() -> None:
+    outcome = outcome_of("SELECT CAST(call_id AS INT) AS n FROM calls")
+    assert outcome["resultState"] == "failed"
+    assert outcome["error"]["code"] == "invalid_sql"
+    assert "Cast" in outcome["error"]["message"] or "cast" in outcome["error"]["message"]

@@ -115,7 +115,9 @@ def _site_span(prefix: str, what: str) -> tuple[Column, ...]:
     )
 
 
-EXECUTION_ID = c("execution_id", UTF8, False, PUBLIC, "root thread wire id (baml_thread_1_…)", key=True)
+EXECUTION_ID = c(
+    "execution_id", UTF8, False, PUBLIC, "root thread wire id (baml_thread_1_…)", key=True
+)
 
 THREADS = Relation(
     "threads_v1",
@@ -124,7 +126,14 @@ THREADS = Relation(
     "One row per logical thread; root rows (parent_thread_id IS NULL) are executions.",
     (
         EXECUTION_ID,
-        c("thread_id", UTF8, False, PUBLIC, "thread wire id; equals execution_id on the root", key=True),
+        c(
+            "thread_id",
+            UTF8,
+            False,
+            PUBLIC,
+            "thread wire id; equals execution_id on the root",
+            key=True,
+        ),
         c("parent_thread_id", UTF8, True, PUBLIC, "NULL for the root thread"),
         c("spawn_call_id", UTF8, True, PUBLIC, "call that spawned the thread"),
         c("spawn_function_id", U32, True, PUBLIC, "function of the spawning call"),
@@ -145,8 +154,20 @@ THREADS = Relation(
         c("runtime_id", UTF8, True, PUBLIC, "host runtime token (baml_id_1_…)"),
         c("entry_function_id", U32, True, PUBLIC, "function of the root span"),
         c("entry_fqn", UTF8, True, PUBLIC, "fully qualified name of the root function"),
-        c("status", UTF8, True, PUBLIC, "running | abandoned | succeeded | failed | cancelled | panicked"),
-        c("index_state", UTF8, True, PUBLIC, "complete | no_root_ended | root_started_lost | index_corrupt"),
+        c(
+            "status",
+            UTF8,
+            True,
+            PUBLIC,
+            "running | abandoned | succeeded | failed | cancelled | panicked",
+        ),
+        c(
+            "index_state",
+            UTF8,
+            True,
+            PUBLIC,
+            "complete | no_root_ended | root_started_lost | index_corrupt",
+        ),
         c("duration_ns", U64, True, PUBLIC, "root span inclusive ns, else ended - started"),
         c("total_calls", U64, True, PUBLIC, "calls started, all call paths and overflow"),
         c("total_errors", U64, True, PUBLIC, "calls completed with an error"),
@@ -167,7 +188,14 @@ CALL_PATH_STATS = Relation(
     "One row per calling context (call path) of an execution, plus overflow rows.",
     (
         EXECUTION_ID,
-        c("call_path_id", UTF8, False, PUBLIC, "context key (64 hex) or overflow:<reason>:<edge>", key=True),
+        c(
+            "call_path_id",
+            UTF8,
+            False,
+            PUBLIC,
+            "context key (64 hex) or overflow:<reason>:<edge>",
+            key=True,
+        ),
         c("parent_call_path_id", UTF8, True, PUBLIC, "NULL for the root and overflow rows"),
         c("depth", U32, False, PUBLIC, "0 = root"),
         c("function_id", U32, False, PUBLIC, "0 if the context tuple is missing"),
@@ -220,13 +248,38 @@ CALLS = Relation(
         c("selection_reasons", STR_LIST, False, PUBLIC, "root | llm | manual"),
         c("roles", STR_LIST, False, PUBLIC, "input | output | error"),
         c("runtime_ids", STR_LIST, False, PUBLIC, "host runtime tokens by annotation ordinal"),
-        c("args_state", UTF8, False, PUBLIC, "available | lost:<reason> | not_captured | not_applicable"),
-        c("output_state", UTF8, False, PUBLIC, "available | lost:<reason> | not_captured | not_applicable"),
-        c("error_state", UTF8, False, PUBLIC, "available | lost:<reason> | not_captured | not_applicable"),
+        c(
+            "args_state",
+            UTF8,
+            False,
+            PUBLIC,
+            "available | lost:<reason> | not_captured | not_applicable",
+        ),
+        c(
+            "output_state",
+            UTF8,
+            False,
+            PUBLIC,
+            "available | lost:<reason> | not_captured | not_applicable",
+        ),
+        c(
+            "error_state",
+            UTF8,
+            False,
+            PUBLIC,
+            "available | lost:<reason> | not_captured | not_applicable",
+        ),
         c("args_cid", UTF8, True, PUBLIC, "bamlv_1_<sha256 hex> of the arguments"),
         c("output_cid", UTF8, True, PUBLIC, "bamlv_1_<sha256 hex> of the output"),
         c("error_cid", UTF8, True, PUBLIC, "bamlv_1_<sha256 hex> of the error"),
-        c("args", BINARY, True, PRIVATE, "the arguments, by declared parameter name (virtual)", role="input"),
+        c(
+            "args",
+            BINARY,
+            True,
+            PRIVATE,
+            "the arguments, by declared parameter name (virtual)",
+            role="input",
+        ),
         c("output", BINARY, True, PRIVATE, "the return value (virtual)", role="output"),
         c("error", BINARY, True, PRIVATE, "the terminal error value (virtual)", role="error"),
         c("error_id", UTF8, True, PUBLIC, "terminal error (errors_v1.error_id)"),
@@ -287,7 +340,7 @@ HEALTH = Relation(
     "health_v1",
     ("health",),
     "(execution_id, metric)",
-    "Health counters and data-state rows per execution (planes: execution, cct, overflow, process, data).",
+    "Health counters and data-state rows per execution and plane.",
     (
         EXECUTION_ID,
         c("metric", UTF8, False, PUBLIC, "counter name", key=True),

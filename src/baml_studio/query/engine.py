@@ -72,6 +72,9 @@ class QueryEngine:
             resolver.check_deadline()
         except QueryError as exc:
             return QueryResult.failed(snapshot, resolver, exc)
+        except Exception as exc:  # a bug: still end the stream with one typed outcome
+            error = InternalQueryError(f"{type(exc).__name__}: {exc}", "report this bug")
+            return QueryResult.failed(snapshot, resolver, error)
         return QueryResult(planned.frame, planned.value_columns, snapshot, resolver, self._budgets)
 
     def explain(self, sql_text: str, *, internal: bool = False) -> str:

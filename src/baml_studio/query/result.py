@@ -136,6 +136,8 @@ class QueryResult:
     def _execution_error(self, exc: Exception) -> QueryError:
         if self._resolver.exhausted is not None:
             return self._resolver.exhausted
+        if type(exc) not in (Exception, ValueError):  # DataFusion raises only these two
+            return InternalQueryError(f"{type(exc).__name__}: {exc}", "report this bug")
         first = engine_message(exc)
         if "Resources exhausted" in first:
             return BudgetExceeded(first, "narrow the query, for example by execution_id")
