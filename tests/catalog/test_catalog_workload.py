@@ -17,10 +17,10 @@ from baml_studio.workload import WorkloadReport, run_workload
 
 EXECUTIONS, SEED = 60, 11
 THROWER = {
-    "baml_studio.workload.program.ExtractionError": "app.ExtractInvoice",
-    "baml_studio.workload.program.LineItemValidationError": "app.validate_line_item",
-    "baml_studio.workload.program.ProviderUnavailableError": "app.DraftReply",
-    "baml_studio.workload.program.UnsupportedLanguageError": "app.ClassifyTicket",
+    "baml_studio.workload.program.ExtractionError": "ExtractInvoice",
+    "baml_studio.workload.program.LineItemValidationError": "validate_line_item",
+    "baml_studio.workload.program.ProviderUnavailableError": "DraftReply",
+    "baml_studio.workload.program.UnsupportedLanguageError": "ClassifyTicket",
 }
 Rows = dict[str, list[dict[str, Any]]]
 

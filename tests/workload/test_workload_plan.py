@@ -87,8 +87,8 @@ def test_report_json_has_records_and_totals() -> None:
     assert totals["calls_by_function"] == report.calls_by_function
     roots = totals["calls_by_function"]
     assert sum(totals["by_root"].values()) == 60
-    assert roots["app.ProcessInvoice"] + roots["app.TriageTicket"] + roots["app.DailyDigest"] == 60
-    invoice = next(r for r in data["executions"] if r["root_function"] == "app.ProcessInvoice")
+    assert roots["ProcessInvoice"] + roots["TriageTicket"] + roots["DailyDigest"] == 60
+    invoice = next(r for r in data["executions"] if r["root_function"] == "ProcessInvoice")
     assert invoice["arguments"]["invoice_id"].startswith("INV-")
     assert isinstance(invoice["arguments"]["customer_age"], int)
     assert invoice["arguments"]["customer_name"]

@@ -116,10 +116,10 @@ def test_arguments_in_the_report_are_the_captured_ones(
     for record in run.report.executions:
         captured = by_request[record.request_id].root_input
         assert captured is not None
-        if record.root_function == "app.ProcessInvoice":
+        if record.root_function == "ProcessInvoice":
             assert record.arguments["invoice_id"] in captured["document"]
             assert captured["customer_id"] == record.arguments["customer_id"]
-        elif record.root_function == "app.TriageTicket":
+        elif record.root_function == "TriageTicket":
             assert captured["ticket"]["ticket_id"] == record.arguments["ticket_id"]
             assert captured["ticket"]["priority"] == record.arguments["priority"].upper()
         else:

@@ -50,6 +50,7 @@ from baml_studio.catalog.schema import (
     BY_NAME,
     CATALOG_VERSION,
     FUNCTION_DEFINITIONS,
+    HEALTH,
     PROCESSES,
     STORE_FILES,
     THREADS,
@@ -172,6 +173,20 @@ class LocalStoreSource:
         roots = threads.filter(threads["parent_thread_id"].is_null())
         return roots.select(keep)
 
+    def damage(self, execution_ids: Collection[str] | None) -> dict[str, str]:
+        """Executions (of ``execution_ids``, all if None) whose evidence is not whole, each with
+        the UnavailableReason that best names why: ``lost`` (missing data segment, group count
+        mismatch, ended without RootEnded), ``corrupt`` (corrupt segment, unresolved
+        dependency) or ``pending`` (still running). Folds them (cached) to find out."""
+        metas = self._select(execution_ids)
+        out: dict[str, str] = {}
+        for meta, folded in zip(metas, self._folds(metas), strict=True):
+            health = folded[HEALTH.name].to_pylist()
+            issues = [r["reason"] for r in health if r["metric"] == "data_issue"]
+            if issues:
+                out[meta.execution_id] = _damage_reason(issues[0], meta, self)
+        return out
+
     def read_value(self, codec: int, cid: bytes, max_bytes: int) -> bytes:
         if codec != CODEC_VALUE:
             raise ValueUnavailable("unsupported", f"value codec {codec} (only codec 1 decodes)")
@@ -285,3 +300,12 @@ class LocalStoreSource:
         else:
             raise CatalogError(f"{relation.name} is not a store relation")
         return to_table(relation, rows)
+
+
+def _damage_reason(issue: str, meta: ExecutionMeta, source: LocalStoreSource) -> str:
+    if issue.startswith(("CorruptDataSegment", "UnresolvedDependency")):
+        return "corrupt"
+    if issue.startswith("NoRootEnded"):
+        process = source.index.processes[meta.root.euid]
+        return "pending" if status(meta, process) == "running" else "lost"
+    return "lost"

@@ -10,14 +10,17 @@ with exactly one ``queryOutcome``.
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 import pyarrow as pa
 from datafusion import DataFrame
 
+from baml_studio.catalog.schema import CALL_PATH_STATS, CALLS, ERRORS, HEALTH, THREADS
 from baml_studio.catalog.source import CatalogSource, Snapshot
 from baml_studio.format.errors import BamlStudioError
 from baml_studio.query.config import QueryBudgets
@@ -28,6 +31,7 @@ from baml_studio.query.errors import (
     QueryError,
     engine_message,
 )
+from baml_studio.query.fastpath import root_thread_columns
 from baml_studio.query.gatekeeper import Statement, admit
 from baml_studio.query.names import relations, suggest
 from baml_studio.query.pushdown import Restriction, needed_relations
@@ -38,6 +42,8 @@ from baml_studio.query.session import build_session, sql
 from baml_studio.query.udfs import build_udfs
 from baml_studio.query.values import ValueResolver
 
+_T = TypeVar("_T")
+PER_EXECUTION = frozenset(r.name for r in (THREADS, CALL_PATH_STATS, CALLS, ERRORS, HEALTH))
 UNKNOWN_SNAPSHOT = Snapshot(catalog_version="v1", generation="", projected_through=0)
 _NO_FIELD = re.compile(r"No field named ([\w.\"]+)")
 _VALID_FIELDS = re.compile(r"Valid fields are (.*?)\.?$")
@@ -117,7 +123,9 @@ class QueryEngine:
     ) -> _Planned:
         statement = admit(text, internal=internal)
         final, value_columns, needs = _translate(statement, internal, explain_only)
-        data = self._fetch(needs)
+        roots_only = root_thread_columns(statement.query) if statement.kind == "query" else None
+        data = self._fetch(needs, roots_only)
+        self._count_damage(needs, data, resolver)
         ctx = build_session(data, internal=internal, functions=build_udfs(resolver))
         try:
             frame = sql(ctx, final)
@@ -125,24 +133,92 @@ class QueryEngine:
             raise _planning_error(exc, internal) from exc
         return _Planned(frame, value_columns)
 
-    def _fetch(self, needs: Mapping[str, Restriction]) -> dict[str, pa.Table]:
+    def _fetch(
+        self, needs: Mapping[str, Restriction], roots_only: frozenset[str] | None
+    ) -> dict[str, pa.Table]:
         groups: dict[Restriction, list[str]] = {}
+        data: dict[str, pa.Table] = {}
+        self._shortcut: set[str] = set()
+        shortcut = getattr(self._source, "root_threads", None)
         for name, restriction in sorted(needs.items()):
             if restriction is not None and not restriction:
                 continue  # an empty intersection: the relation is empty, nothing to fold
+            if name == THREADS.name and roots_only is not None and shortcut is not None:
+                # index columns of root rows only: served from the meta plane, no data file
+                ids = None if restriction is None else sorted(restriction)
+                fetch = functools.partial(shortcut, ids, sorted(roots_only))
+                data[name] = _pad(self._serve(fetch, [name]), THREADS.schema())
+                self._shortcut.add(name)
+                continue
             groups.setdefault(restriction, []).append(name)
-        data: dict[str, pa.Table] = {}
         for restriction, names in groups.items():
             ids = None if restriction is None else sorted(restriction)
-            try:
-                served = self._source.tables(names, execution_ids=ids)
-            except (BamlStudioError, OSError) as exc:
-                raise DependencyUnavailable(
-                    f"the catalog source could not serve {names}: {exc}",
-                    "check the store, then retry",
-                ) from exc
+            served = self._serve(
+                functools.partial(self._source.tables, names, execution_ids=ids), names
+            )
             data.update({name: served[name] for name in names if name in served})
         return data
+
+    def _serve(self, fetch: Callable[[], _T], names: list[str]) -> _T:
+        try:
+            return fetch()
+        except (BamlStudioError, OSError) as exc:
+            raise DependencyUnavailable(
+                f"the catalog source could not serve {names}: {exc}",
+                "check the store, then retry",
+            ) from exc
+
+    def _count_damage(
+        self,
+        needs: Mapping[str, Restriction],
+        data: Mapping[str, pa.Table],
+        resolver: ValueResolver,
+    ) -> None:
+        """Executions the answer folded whose evidence is not whole (a missing or corrupt data
+        segment, no RootEnded) count as unavailable evidence, so the outcome says
+        ``incomplete`` instead of hiding the damage. Root rows served from the meta plane
+        alone read no evidence and count nothing."""
+        damage = getattr(self._source, "damage", None)
+        folded = [
+            restriction
+            for name, restriction in needs.items()
+            if name in PER_EXECUTION and name in data and name not in self._shortcut
+        ]
+        if damage is None or not folded:
+            return
+        ids: set[str] = set()
+        for restriction in folded:
+            if restriction is None:
+                ids = set(self._source.execution_ids())
+                break
+            ids |= restriction
+        found = self._serve(functools.partial(damage, sorted(ids)), ["health"])
+        for reason in found.values():
+            resolver.evaluations.count_unavailable(reason)
+
+
+def _pad(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` widened to ``schema``: columns the query does not read are filled with NULL,
+    or with a zero value where the column is not nullable."""
+    columns = []
+    for field in schema:
+        if field.name in table.column_names:
+            columns.append(table[field.name])
+        elif field.nullable:
+            columns.append(pa.nulls(table.num_rows, field.type))
+        else:
+            columns.append(pa.repeat(pa.scalar(_zero(field.type), field.type), table.num_rows))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _zero(type_: pa.DataType) -> object:
+    if pa.types.is_string(type_):
+        return ""
+    if pa.types.is_boolean(type_):
+        return False
+    if pa.types.is_list(type_):
+        return []
+    return 0
 
 
 def _translate(

@@ -82,7 +82,7 @@ class InvoiceJob:
     allow_manual_review: bool
     audit: bool
     faults: tuple[tuple[str, str, p.Fault], ...]
-    root: str = "app.ProcessInvoice"
+    root: str = "ProcessInvoice"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +91,7 @@ class TicketJob:
     ticket: p.Ticket
     customer: p.Customer
     faults: tuple[tuple[str, str, p.Fault], ...]
-    root: str = "app.TriageTicket"
+    root: str = "TriageTicket"
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +100,7 @@ class DigestJob:
     day: str
     documents: tuple[p.SourceDocument, ...]
     faults: tuple[tuple[str, str, p.Fault], ...]
-    root: str = "app.DailyDigest"
+    root: str = "DailyDigest"
 
 
 Job: TypeAlias = InvoiceJob | TicketJob | DigestJob
@@ -171,7 +171,7 @@ def _invoice_job(rng: random.Random, variant: Variant, request_id: str, ordinal:
     )  # fmt: skip
     faults: tuple[tuple[str, str, p.Fault], ...] = ()
     if variant is Variant.INVOICE_OK and rng.random() < 0.15:
-        faults = (("app.ScoreCustomer", customer.customer_id, p.Fault.RATE_LIMIT),)
+        faults = (("ScoreCustomer", customer.customer_id, p.Fault.RATE_LIMIT),)
     legible = variant not in (
         Variant.INVOICE_UNREADABLE_REVIEWED, Variant.INVOICE_UNREADABLE_FAILED
     )  # fmt: skip
@@ -200,9 +200,9 @@ def _ticket_job(rng: random.Random, variant: Variant, request_id: str, ordinal: 
     )
     faults: tuple[tuple[str, str, p.Fault], ...] = ()
     if variant is Variant.TICKET_PROVIDER_OUTAGE:
-        faults = (("app.DraftReply", ticket_id, p.Fault.OUTAGE),)
+        faults = (("DraftReply", ticket_id, p.Fault.OUTAGE),)
     elif variant is Variant.TICKET_STALLED:
-        faults = (("app.ClassifyTicket", ticket_id, p.Fault.STALL),)
+        faults = (("ClassifyTicket", ticket_id, p.Fault.STALL),)
     return TicketJob(request_id, ticket, customer, faults)
 
 
@@ -230,7 +230,7 @@ def _digest_job(rng: random.Random, variant: Variant, request_id: str) -> Job:
     faults: tuple[tuple[str, str, p.Fault], ...] = ()
     if variant is Variant.DIGEST_STALLED_SUMMARY:
         stalled = rng.choice(documents)
-        faults = (("app.Summarize", p.text_subject(stalled.text), p.Fault.STALL),)
+        faults = (("Summarize", p.text_subject(stalled.text), p.Fault.STALL),)
     day = f"2026-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
     return DigestJob(request_id, day, documents, faults)
 
@@ -258,8 +258,8 @@ def expect(job: Job) -> Expectation:
         return _expect_invoice(job, calls)
     if isinstance(job, TicketJob):
         return _expect_ticket(job, calls)
-    calls["app.Summarize"] += len(job.documents)
-    calls["app.render_digest"] += 1
+    calls["Summarize"] += len(job.documents)
+    calls["render_digest"] += 1
     return _done(calls)
 
 
@@ -270,39 +270,39 @@ def _done(calls: Counter[str], error: BaseException | None = None) -> Expectatio
 
 
 def _expect_invoice(job: InvoiceJob, calls: Counter[str]) -> Expectation:
-    calls.update(("app.lookup_customer", "app.ExtractInvoice"))
+    calls.update(("lookup_customer", "ExtractInvoice"))
     invoice = job.invoice
     if not job.legible:
         if not job.allow_manual_review:
             return _done(calls, p.ExtractionError(invoice.invoice_id, p.UNREADABLE))
-        calls["app.queue_manual_review"] += 1
+        calls["queue_manual_review"] += 1
         return _done(calls)
     for index, item in enumerate(invoice.line_items):
-        calls["app.validate_line_item"] += 1
+        calls["validate_line_item"] += 1
         if item.quantity <= 0:
             error = p.LineItemValidationError(invoice.invoice_id, index, item.sku, item.quantity)
             return _done(calls, error)
-        calls["app.normalize_amount"] += 1
+        calls["normalize_amount"] += 1
     rate_limited = any(fault is p.Fault.RATE_LIMIT for _, _, fault in job.faults)
-    calls["app.ScoreCustomer"] += 2 if rate_limited else 1
-    calls.update(("app.Summarize", "app.assess_risk"))
+    calls["ScoreCustomer"] += 2 if rate_limited else 1
+    calls.update(("Summarize", "assess_risk"))
     return _done(calls)
 
 
 def _expect_ticket(job: TicketJob, calls: Counter[str]) -> Expectation:
-    calls.update(("app.lookup_customer", "app.redact_pii", "app.ClassifyTicket"))
+    calls.update(("lookup_customer", "redact_pii", "ClassifyTicket"))
     ticket = job.ticket
     if ticket.language not in p.SUPPORTED_LANGUAGES:
-        calls["app.route_to_human"] += 1
+        calls["route_to_human"] += 1
         return _done(calls)
     faults = {fault for _, _, fault in job.faults}
     if p.Fault.STALL in faults:
         return Expectation("cancelled", None, None, dict(calls))
-    calls["app.DraftReply"] += 1
+    calls["DraftReply"] += 1
     if p.Fault.OUTAGE in faults:
-        return _done(calls, p.ProviderUnavailableError("app.DraftReply", ticket.ticket_id, 503))
+        return _done(calls, p.ProviderUnavailableError("DraftReply", ticket.ticket_id, 503))
     if ticket.priority in (p.Priority.HIGH, p.Priority.URGENT):
-        calls["app.Summarize"] += 1
+        calls["Summarize"] += 1
     return _done(calls)
 
 

@@ -3,7 +3,7 @@
 The functions mirror what a BAML project runs: LLM functions (``llm=True``), whose inputs,
 outputs and errors the profiler captures; ordinary helpers, which only feed the calling-context
 tree unless a caller wraps them in :func:`~baml_studio.profiler.capture`; and three root
-orchestrators (``app.ProcessInvoice``, ``app.TriageTicket``, ``app.DailyDigest``). Every function
+orchestrators (``ProcessInvoice``, ``TriageTicket``, ``DailyDigest``). Every function
 is deterministic in its arguments. LLM latency is simulated by yielding to the event loop
 (``asyncio.sleep(0)``), never by sleeping. Provider faults (rate limits, outages, stalls) come
 from the :class:`SimulatedProvider` in :data:`PROVIDER`, which the runner sets per execution.
@@ -383,15 +383,15 @@ def _parse_invoice(document: str) -> Invoice:
 # --- LLM functions -----------------------------------------------------------------------------
 
 
-@baml_function(name="app.ExtractInvoice", llm=True)
+@baml_function(name="ExtractInvoice", llm=True)
 async def extract_invoice(document: str) -> Invoice:
-    await provider().complete("app.ExtractInvoice", text_subject(document), 1)
+    await provider().complete("ExtractInvoice", text_subject(document), 1)
     return _parse_invoice(document)
 
 
-@baml_function(name="app.ScoreCustomer", llm=True)
+@baml_function(name="ScoreCustomer", llm=True)
 async def score_customer(customer: Customer, invoice_total_usd: float) -> CustomerScore:
-    await provider().complete("app.ScoreCustomer", customer.customer_id, 1)
+    await provider().complete("ScoreCustomer", customer.customer_id, 1)
     tier_bonus = {CustomerTier.FREE: 0.0, CustomerTier.PRO: 0.15, CustomerTier.ENTERPRISE: 0.3}
     score = round(min(1.0, 0.35 + tier_bonus[customer.tier] + min(customer.age, 60) / 200), 3)
     reasons = [f"tier {customer.tier.value}"]
@@ -409,11 +409,11 @@ _CATEGORY_WORDS = (
 )
 
 
-@baml_function(name="app.ClassifyTicket", llm=True)
+@baml_function(name="ClassifyTicket", llm=True)
 async def classify_ticket(ticket: Ticket) -> TicketClassification:
     if ticket.language not in SUPPORTED_LANGUAGES:
         raise UnsupportedLanguageError(ticket.ticket_id, ticket.language)
-    await provider().complete("app.ClassifyTicket", ticket.ticket_id, latency_steps(ticket.body))
+    await provider().complete("ClassifyTicket", ticket.ticket_id, latency_steps(ticket.body))
     text = f"{ticket.subject} {ticket.body}".lower()
     for category, words in _CATEGORY_WORDS:
         hits = sum(word in text for word in words)
@@ -422,11 +422,11 @@ async def classify_ticket(ticket: Ticket) -> TicketClassification:
     return TicketClassification(TicketCategory.FEATURE_REQUEST, ticket.priority, 0.55)
 
 
-@baml_function(name="app.DraftReply", llm=True)
+@baml_function(name="DraftReply", llm=True)
 async def draft_reply(
     ticket: Ticket, classification: TicketClassification, customer: Customer
 ) -> str:
-    await provider().complete("app.DraftReply", ticket.ticket_id, 1)
+    await provider().complete("DraftReply", ticket.ticket_id, 1)
     first_name = customer.name.split(" ", 1)[0]
     return (
         f'Hi {first_name}, thanks for reaching out about "{ticket.subject}". We filed it as '
@@ -434,9 +434,9 @@ async def draft_reply(
     )
 
 
-@baml_function(name="app.Summarize", llm=True)
+@baml_function(name="Summarize", llm=True)
 async def summarize(text: str, max_words: int) -> str:
-    await provider().complete("app.Summarize", text_subject(text), latency_steps(text))
+    await provider().complete("Summarize", text_subject(text), latency_steps(text))
     words = text.split(maxsplit=max_words)[:max_words]
     return " ".join(words) + (" …" if len(words) == max_words else "")
 
@@ -444,43 +444,43 @@ async def summarize(text: str, max_words: int) -> str:
 # --- ordinary helpers ----------------------------------------------------------------------------
 
 
-@baml_function(name="app.lookup_customer")
+@baml_function(name="lookup_customer")
 def lookup_customer(customer_id: str) -> Customer:
     return customer_record(customer_id)
 
 
-@baml_function(name="app.validate_line_item")
+@baml_function(name="validate_line_item")
 def validate_line_item(invoice_id: str, index: int, item: LineItem) -> None:
     if item.quantity <= 0:
         raise LineItemValidationError(invoice_id, index, item.sku, item.quantity)
 
 
-@baml_function(name="app.normalize_amount")
+@baml_function(name="normalize_amount")
 def normalize_amount(amount: float, currency: Currency) -> float:
     return round(amount * USD_PER_UNIT[currency], 2)
 
 
-@baml_function(name="app.assess_risk")
+@baml_function(name="assess_risk")
 def assess_risk(total_usd: float, customer_score: float) -> float:
     return round(min(1.0, total_usd / 20_000) * (1.0 - customer_score), 4)
 
 
-@baml_function(name="app.queue_manual_review")
+@baml_function(name="queue_manual_review")
 def queue_manual_review(request_id: str, invoice_id: str, reason: str) -> str:
     return f"review queued for {invoice_id} ({request_id}): {reason}"
 
 
-@baml_function(name="app.redact_pii")
+@baml_function(name="redact_pii")
 def redact_pii(text: str) -> str:
     return _PII.sub("[redacted]", text)
 
 
-@baml_function(name="app.route_to_human")
+@baml_function(name="route_to_human")
 def route_to_human(ticket_id: str, language: str) -> str:
     return f"{ticket_id} routed to the {language} support queue"
 
 
-@baml_function(name="app.render_digest")
+@baml_function(name="render_digest")
 def render_digest(day: str, sections: Iterable[tuple[str, str]], skipped: Sequence[str]) -> str:
     parts = [f"# Digest for {day}"]
     parts += [f"## {title}\n{summary}" for title, summary in sections]
@@ -500,7 +500,7 @@ async def score_with_retry(customer: Customer, invoice_total_usd: float) -> Cust
 # --- roots -------------------------------------------------------------------------------------
 
 
-@baml_function(name="app.ProcessInvoice")
+@baml_function(name="ProcessInvoice")
 async def process_invoice(
     request_id: str, customer_id: str, document: str, allow_manual_review: bool, audit: bool
 ) -> InvoiceOutcome:
@@ -530,7 +530,7 @@ async def process_invoice(
     return InvoiceOutcome(request_id, invoice.invoice_id, state, round(total, 2), risk, score, note)
 
 
-@baml_function(name="app.TriageTicket")
+@baml_function(name="TriageTicket")
 async def triage_ticket(request_id: str, ticket: Ticket) -> TriageOutcome:
     customer = lookup_customer(ticket.customer_id)
     with capture(inputs=True, output=True):
@@ -553,7 +553,7 @@ async def triage_ticket(request_id: str, ticket: Ticket) -> TriageOutcome:
     )
 
 
-@baml_function(name="app.DailyDigest")
+@baml_function(name="DailyDigest")
 async def daily_digest(request_id: str, day: str, documents: list[SourceDocument]) -> Digest:
     tasks = [
         asyncio.create_task(summarize(doc.text, 40), name=f"summarize {doc.title}")
