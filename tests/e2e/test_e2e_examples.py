@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from conftest import Demo
+from e2e_demo import Demo
 
 THROWER = {
     "baml_studio.workload.program.ExtractionError": "ExtractInvoice",

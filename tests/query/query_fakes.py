@@ -105,7 +105,10 @@ class FakeSource:
         return self._snapshot
 
     def execution_ids(self) -> list[str]:
-        return sorted({r["execution_id"] for r in self.rows["threads_v1"]})
+        """Every execution any per-execution row belongs to (a real store lists them all)."""
+        return sorted(
+            {r["execution_id"] for rows in self.rows.values() for r in rows if "execution_id" in r}
+        )
 
     def tables(
         self, relations: Collection[str], execution_ids: Collection[str] | None

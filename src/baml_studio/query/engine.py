@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -23,6 +23,7 @@ from datafusion import DataFrame
 from baml_studio.catalog.schema import CALL_PATH_STATS, CALLS, ERRORS, HEALTH, THREADS
 from baml_studio.catalog.source import CatalogSource, Snapshot
 from baml_studio.format.errors import BamlStudioError
+from baml_studio.query.chunking import chunkable, chunks
 from baml_studio.query.config import QueryBudgets
 from baml_studio.query.errors import (
     DependencyUnavailable,
@@ -53,6 +54,9 @@ _VALID_FIELDS = re.compile(r"Valid fields are (.*?)\.?$")
 class _Planned:
     frame: DataFrame
     value_columns: frozenset[str]
+    more: Iterator[DataFrame] | None = None
+    """Frames of the later chunks of a chunked scan, planned on demand."""
+    limit: int | None = None
 
 
 class QueryEngine:
@@ -81,7 +85,15 @@ class QueryEngine:
         except Exception as exc:  # a bug: still end the stream with one typed outcome
             error = InternalQueryError(f"{type(exc).__name__}: {exc}", "report this bug")
             return QueryResult.failed(snapshot, resolver, error)
-        return QueryResult(planned.frame, planned.value_columns, snapshot, resolver, self._budgets)
+        return QueryResult(
+            planned.frame,
+            planned.value_columns,
+            snapshot,
+            resolver,
+            self._budgets,
+            more=planned.more,
+            row_limit=planned.limit,
+        )
 
     def explain(self, sql_text: str, *, internal: bool = False) -> str:
         """The logical and physical plans of a query (no data is folded or read).
@@ -123,15 +135,42 @@ class QueryEngine:
     ) -> _Planned:
         statement = admit(text, internal=internal)
         final, value_columns, needs = _translate(statement, internal, explain_only)
-        roots_only = root_thread_columns(statement.query) if statement.kind == "query" else None
+        is_query = statement.kind == "query" and not explain_only
+        scan, limit = chunkable(statement.query) if is_query else (False, None)
+        if scan and len(needs) == 1 and set(needs) <= PER_EXECUTION - {THREADS.name}:
+            ((name, restriction),) = needs.items()
+            ids = self._source.execution_ids() if restriction is None else sorted(restriction)
+            parts = chunks(ids) if ids else [[]]
+        else:
+            parts = []
+        if len(parts) > 1 or (parts and parts[0]):
+            # row-wise scan: fold and stream chunk by chunk (first rows after one chunk)
+            first = self._plan_chunk(final, {name: frozenset(parts[0])}, resolver, internal)
+            more = (
+                self._plan_chunk(final, {name: frozenset(part)}, resolver, internal)
+                for part in parts[1:]
+            )
+            return _Planned(first, value_columns, more, limit)
+        roots_only = root_thread_columns(statement.query) if is_query else None
+        return _Planned(
+            self._plan_chunk(final, needs, resolver, internal, roots_only), value_columns
+        )
+
+    def _plan_chunk(
+        self,
+        final: str,
+        needs: Mapping[str, Restriction],
+        resolver: ValueResolver,
+        internal: bool,
+        roots_only: frozenset[str] | None = None,
+    ) -> DataFrame:
         data = self._fetch(needs, roots_only)
         self._count_damage(needs, data, resolver)
         ctx = build_session(data, internal=internal, functions=build_udfs(resolver))
         try:
-            frame = sql(ctx, final)
+            return sql(ctx, final)
         except Exception as exc:  # DataFusion planning errors are ValueError/Exception
             raise _planning_error(exc, internal) from exc
-        return _Planned(frame, value_columns)
 
     def _fetch(
         self, needs: Mapping[str, Restriction], roots_only: frozenset[str] | None

@@ -41,8 +41,16 @@ class QueryResult:
         resolver: ValueResolver,
         budgets: QueryBudgets,
         error: QueryError | None = None,
+        *,
+        more: Iterator[DataFrame] | None = None,
+        row_limit: int | None = None,
     ) -> None:
+        """``more`` yields the frames of later chunks of a chunked scan (planned lazily, after
+        the rows of the earlier ones have streamed); ``row_limit`` is the query's own LIMIT
+        across all chunks."""
         self._frame = frame
+        self._more = more
+        self._row_limit = row_limit
         self._snapshot = snapshot
         self._resolver = resolver
         self._budgets = budgets
@@ -110,6 +118,11 @@ class QueryResult:
             return
         try:
             yield from self._rows_of(self._frame)
+            while self._more is not None and not self._limit_reached():
+                frame = next(self._more, None)
+                if frame is None:
+                    break
+                yield from self._rows_of(frame)
         except QueryError as exc:
             self._finish(exc)
         except Exception as exc:  # DataFusion surfaces execution errors as bare Exception
@@ -117,14 +130,21 @@ class QueryResult:
         else:
             self._finish(None)
 
+    def _limit_reached(self) -> bool:
+        return self._row_limit is not None and self._rows >= self._row_limit
+
     def _rows_of(self, frame: DataFrame) -> Iterator[dict[str, Any]]:
         limit = self._budgets.max_result_rows
         for batch in frame.execute_stream():
+            if self._limit_reached():
+                return
             self._resolver.check_deadline()
             table = batch.to_pyarrow()
             for row in batch_rows(table, self.columns, self.value_columns, self._resolver):
                 if self._cancel.is_set():
                     raise QueryCancelled("the query was cancelled", None)
+                if self._limit_reached():
+                    return
                 if self._rows >= limit:
                     raise BudgetExceeded(
                         f"the result has more than {limit} rows",
