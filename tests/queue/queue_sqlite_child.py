@@ -3,7 +3,8 @@
 ``durability DB N``: send N messages, receive them all and delete every other one, print
 ``ready``, then send forever. Every line is printed only after the call it reports returned.
 
-``consume DB``: receive and delete until the queue stays empty for 0.5 s; print each id.
+``consume DB [LIMIT]``: receive and delete until the queue stays empty for 0.5 s (or LIMIT
+messages were taken); print each id.
 
 ``send DB BODY``: send one message and print its id.
 """
@@ -30,11 +31,15 @@ def durability(queue: SqliteQueue, count: int) -> None:
         i += 1
 
 
-def consume(queue: SqliteQueue) -> None:
-    while messages := queue.receive(max_messages=3, wait_s=0.5):
+def consume(queue: SqliteQueue, limit: int | None) -> None:
+    taken = 0
+    while (limit is None or taken < limit) and (
+        messages := queue.receive(max_messages=min(3, limit - taken) if limit else 3, wait_s=0.5)
+    ):
         for message in messages:
             queue.delete(message.receipt)
             print(message.id, flush=True)
+            taken += 1
 
 
 def main() -> None:
@@ -43,7 +48,7 @@ def main() -> None:
         if command == "durability":
             durability(queue, int(sys.argv[3]))
         elif command == "consume":
-            consume(queue)
+            consume(queue, int(sys.argv[3]) if len(sys.argv) > 3 else None)
         elif command == "send":
             print(queue.send(sys.argv[3]), flush=True)
         else:

@@ -95,7 +95,7 @@ def test_consumers_in_threads_and_another_process_get_each_message_once(tmp_path
     path = tmp_path / "queue.sqlite3"
     with SqliteQueue(path) as producer:
         expected = {producer.send(f"m{i}") for i in range(300)}
-    child = _child("consume", str(path))
+    child = _child("consume", str(path), "100")  # leaves at least 200 for the threads
     results: list[list[str]] = [[] for _ in range(3)]
 
     def consume(slot: list[str]) -> None:
