@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import re
 from dataclasses import dataclass
@@ -42,6 +43,13 @@ def _unb64(text: str, expected_len: int) -> bytes:
     return raw
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _thread_wire(euid: bytes, engine: int, thread: int) -> str:
+    """Cached: every relation row of an execution names it, so one id is rendered many times."""
+    raw = bytes([WIRE_VERSION]) + euid + engine.to_bytes(8, "big") + thread.to_bytes(8, "big")
+    return THREAD_WIRE_PREFIX + _b64(raw)
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class ThreadRef:
     """A logical thread: ``euid[16] ‖ engine u64 ‖ thread u64`` (32 bytes).
@@ -65,7 +73,7 @@ class ThreadRef:
 
     def wire(self) -> str:
         """``baml_thread_1_`` + base64url-nopad(0x01 ‖ 32 bytes): 58 characters."""
-        return THREAD_WIRE_PREFIX + _b64(bytes([WIRE_VERSION]) + self.to_bytes())
+        return _thread_wire(self.euid, self.engine, self.thread)
 
     @classmethod
     def parse_wire(cls, text: str) -> ThreadRef:

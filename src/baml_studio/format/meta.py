@@ -20,7 +20,6 @@ from baml_studio.format.binio import (
     Reader,
     Writer,
     put_thread,
-    read_thread,
     strip_checksum,
     with_checksum,
 )
@@ -36,6 +35,7 @@ from baml_studio.format.errors import (
     Truncated,
     UnsupportedVersion,
 )
+from baml_studio.format.ids import ThreadRef
 from baml_studio.format.records import (
     HEALTH_BYTES,
     HEALTH_FIELDS,
@@ -170,24 +170,27 @@ def _decode_record(tag: int, r: Reader) -> MetaRecord:
             source_label=r.opt(r.string),
         )
     if tag == TAG_ROOT_STARTED:
-        return RootStarted(read_thread(r), r.u64(), r.raw(16))
+        euid, engine, thread, started_ns, runtime_id = r.unpack(_ROOT_STARTED)
+        return RootStarted(ThreadRef(euid, engine, thread), started_ns, runtime_id)
     if tag == TAG_ROOT_ENDED:
         return _decode_root_ended(r)
     raise MetaUnknownTag(tag)
 
 
+_ROOT_ENDED = struct.Struct(">16sQQQBBQQQI")
+_ROOT_STARTED = struct.Struct(">16sQQQ16s")
+
+
 def _decode_root_ended(r: Reader) -> RootEnded:
-    root = read_thread(r)
-    ended_ns = r.u64()
-    status_byte = r.u8()
+    euid, engine, thread, ended_ns, status_byte, flags, first, last, count, health_len = r.unpack(
+        _ROOT_ENDED
+    )
     if status_byte >= len(_ROOT_STATUSES):
         raise MetaInvalidStatus(f"RootEnded status {status_byte} (valid: 0-4)")
-    flags = r.u8()
     if flags & _RESERVED_FLAGS:
         raise InvalidKind(f"RootEnded flags {flags:#04x} set reserved bits 1-7")
-    first, last, count = r.u64(), r.u64(), r.u64()
-    health_len = r.u32()
     if health_len != HEALTH_BYTES:
         raise MetaInvalidHealth(f"RootEnded health is {health_len} bytes (must be {HEALTH_BYTES})")
     health = ExecutionHealth(*r.unpack(_HEALTH))
+    root = ThreadRef(euid, engine, thread)
     return RootEnded(root, ended_ns, _ROOT_STATUSES[status_byte], flags, first, last, count, health)
