@@ -19,6 +19,9 @@ from typing import Any
 
 import click
 
+from baml_studio.cli_gateway import serve as serve_group
+from baml_studio.cli_gateway import tokens as tokens_group
+from baml_studio.cli_publish import publish as publish_command
 from baml_studio.cli_query import query as query_command
 from baml_studio.format.ids import euid_hex
 from baml_studio.store import StoreError, StoreInUse, StoreReader, clean_profiles_v1
@@ -95,6 +98,9 @@ def demo(store: Path, executions: int, processes: int, seed: int, report: Path |
 
 
 main.add_command(query_command)
+main.add_command(publish_command)
+main.add_command(serve_group)
+main.add_command(tokens_group)
 
 
 @main.group()

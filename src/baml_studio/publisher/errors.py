@@ -24,8 +24,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from baml_studio.format.errors import BamlStudioError
 
-class PublisherError(Exception):
+
+class PublisherError(BamlStudioError):
     """Base of every publisher error."""
 
     transient: ClassVar[bool] = False

@@ -1,0 +1,79 @@
+"""``baml-studio publish``: ship a local profiler store to a data-plane gateway.
+
+Exit codes: 0 shipped (``--once``: the flush completed; otherwise: stopped by Ctrl-C after a
+final flush); 1 the flush failed and should be retried (gateway unreachable, throttled, a PUT
+failed); 2 usage error; 3 the token was refused (401/403); 4 the flush finished with reported
+problems (a segment or pack conflict, or a blocked plane).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import click
+
+from baml_studio.publisher import GatewayAuthError, Publisher, PublisherError, PublisherSettings
+
+EXIT_RETRY = 1
+EXIT_AUTH = 3
+EXIT_PROBLEMS = 4
+
+
+@click.command("publish")
+@click.option(
+    "--store",
+    required=True,
+    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    help="The profiles-v1 store directory, e.g. .baml/profiles-v1.",
+)
+@click.option("--gateway", required=True, help="Gateway base URL, e.g. http://127.0.0.1:8080.")
+@click.option(
+    "--token", required=True, envvar="BAML_PUBLISHER_TOKEN", help="Publisher token (JWT)."
+)
+@click.option("--once", is_flag=True, help="Run one flush and exit instead of running forever.")
+def publish(store: Path, gateway: str, token: str, once: bool) -> None:
+    """Ship closed profiler files to the customer's bucket through the gateway.
+
+    Example: baml-studio publish --store .baml/profiles-v1 --gateway http://127.0.0.1:8080
+    --token "$BAML_PUBLISHER_TOKEN" --once
+    """
+    publisher = Publisher(store, gateway, token, settings=PublisherSettings(store, gateway))
+    if once:
+        try:
+            report = publisher.flush()
+        except GatewayAuthError as exc:
+            raise _failure(f"token refused (401/403): {exc}", EXIT_AUTH) from exc
+        except PublisherError as exc:
+            raise _failure(f"flush failed, retry later: {exc}", EXIT_RETRY) from exc
+        click.echo(
+            f"flush {report.flush_id}: {len(report.uploaded)} uploaded, {len(report.stored)} "
+            f"already stored, {len(report.conflicts)} conflicts, {report.original_bytes} bytes"
+        )
+        for problem in report.problems:
+            click.echo(f"problem: {problem.path}: {problem.reason}", err=True)
+        if not report.complete:
+            raise _failure("flush finished with problems (see above)", EXIT_PROBLEMS)
+        return
+    publisher.start()
+    click.echo(f"publishing {store} to {gateway}; Ctrl-C to stop")
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        publisher.close()
+
+
+class _Failure(click.ClickException):
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+    @property
+    def exit_code(self) -> int:  # type: ignore[override]  # reason: per-instance exit code
+        return self.code
+
+
+def _failure(message: str, code: int) -> click.ClickException:
+    return _Failure(message, code)

@@ -1,0 +1,149 @@
+"""The gateway's ASGI app (Starlette).
+
+Routes::
+
+    GET  /v1/publisher/config            PublisherConfig (Cache-Control: max-age=300)
+    POST /v1/uploads/authorize           AuthorizeUploadResponse
+    PUT  /bucket/{bucket}/{key:path}     presigned create-only PUT, only when the store is a
+                                         DirectoryBucket (S3-shaped XML answers, see
+                                         objectstore/presigned_http.py)
+
+Every other answer of the two API routes, and every unknown route or method, is JSON in the
+``ErrorResponse`` shape; 429 and 503 carry ``Retry-After``. The blocking work (token check,
+``head`` calls, presigning) runs in a worker thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from baml_studio.gateway.authorize import REQUEST_ID_HEADER, Gateway
+from baml_studio.gateway.errors import (
+    GatewayError,
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+    error_body,
+    error_headers,
+)
+from baml_studio.objectstore.asgi import presigned_put_app
+from baml_studio.objectstore.directory import DirectoryBucket
+from baml_studio.objectstore.presign import PATH_PREFIX
+
+log = logging.getLogger(__name__)
+
+AsgiApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def error_response(error: GatewayError, request_id: str | None) -> JSONResponse:
+    """``error`` as an ``ErrorResponse`` with its status and headers."""
+    return JSONResponse(
+        error_body(error, request_id or f"gw_{uuid.uuid4().hex}"),
+        status_code=error.status,
+        headers=error_headers(error),
+    )
+
+
+def _headers(request: Request) -> dict[str, str]:
+    return {name.lower(): value for name, value in request.headers.items()}
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(
+            f"the request body has {declared} bytes; the limit is {limit}",
+            code="request_too_large",
+        )
+    chunks: list[bytes] = []
+    total = 0
+    async for chunk in request.stream():
+        total += len(chunk)
+        if total > limit:
+            raise PayloadTooLarge(
+                f"the request body exceeds {limit} bytes", code="request_too_large"
+            )
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def create_app(gateway: Gateway, *, bucket: DirectoryBucket | None = None) -> AsgiApp:
+    """The gateway app; with ``bucket`` it also serves that directory bucket's presigned PUTs."""
+
+    async def publisher_config(request: Request) -> Response:
+        headers = _headers(request)
+        try:
+            config = await run_in_threadpool(gateway.publisher_config, headers)
+        except GatewayError as exc:
+            return _refused(exc, headers, "publisher_config")
+        max_age = gateway.config.config_max_age_seconds
+        return JSONResponse(config, headers={"Cache-Control": f"max-age={max_age}"})
+
+    async def authorize(request: Request) -> Response:
+        headers = _headers(request)
+        try:
+            body = await _read_body(request, gateway.config.max_request_bytes)
+            answer = await run_in_threadpool(gateway.authorize, headers, body)
+        except GatewayError as exc:
+            return _refused(exc, headers, "authorize")
+        return JSONResponse(answer, headers={"Cache-Control": "no-store"})
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        error: GatewayError
+        if status == 405:
+            error = MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}")
+        elif status == 404:
+            error = NotFound(f"no route {request.method} {request.url.path}")
+        else:
+            error = GatewayError(f"HTTP {status}")
+            error.status = status
+        return error_response(error, request.headers.get(REQUEST_ID_HEADER))
+
+    async def internal(request: Request, exc: Exception) -> Response:
+        log.error("gateway internal error on %s: %s", request.url.path, type(exc).__name__)
+        return error_response(
+            GatewayError("internal error; retry later or report it"),
+            request.headers.get(REQUEST_ID_HEADER),
+        )
+
+    api = Starlette(
+        routes=[
+            Route("/v1/publisher/config", publisher_config, methods=["GET"]),
+            Route("/v1/uploads/authorize", authorize, methods=["POST"]),
+        ],
+        exception_handlers={HTTPException: not_found, Exception: internal},
+    )
+    if bucket is None:
+        return api
+    uploads = presigned_put_app(bucket, max_body_bytes=gateway.config.limits.max_object_bytes)
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith(PATH_PREFIX):
+            await uploads(scope, receive, send)
+        else:
+            await api(scope, receive, send)
+
+    return app
+
+
+def _refused(error: GatewayError, headers: dict[str, str], operation: str) -> JSONResponse:
+    request_id = headers.get(REQUEST_ID_HEADER)
+    log.info(
+        "%s refused request_id=%s status=%d code=%s",
+        operation,
+        request_id,
+        error.status,
+        error.code,
+    )
+    return error_response(error, request_id)

@@ -1,0 +1,283 @@
+"""Publisher tokens: JWTs signed by a control-plane key, the only source of upload scope.
+
+Claims: ``tenant``, ``project``, ``environment`` (one environment), ``kind`` (``"publisher"``),
+``iat``, ``exp`` and ``kid``; the JWT header carries the same ``kid`` and ``alg``. A token
+verifies when its ``kid`` names a key in the :class:`KeyRing`, the signature checks with that
+key's algorithm (``HS256`` with a shared secret, or ``EdDSA`` with an Ed25519 key), ``exp`` has
+not passed (with a small leeway) and ``kind`` is ``publisher``.
+
+Rotation: :meth:`KeyRing.rotated` adds a new key and makes it the one that mints; tokens of the
+old key keep verifying until :meth:`KeyRing.without` removes it, after which they get 401.
+
+Until the control plane issues tokens, a local key ring file (``publisher-keys.json``, mode 0600)
+stands in for its key: ``{"active": kid, "keys": [{"kid", "alg", "secret" | "private_key"}]}``
+with the secret base64 and the Ed25519 private key PEM.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import jwt
+
+from baml_studio.gateway.config import Scope
+from baml_studio.gateway.errors import Forbidden, KeyringError, Unauthenticated
+
+PUBLISHER_KIND = "publisher"
+Algorithm = Literal["HS256", "EdDSA"]
+ALGORITHMS: tuple[Algorithm, ...] = ("HS256", "EdDSA")
+MIN_SECRET_BYTES = 32
+MAX_TTL_SECONDS = 366 * 24 * 3600
+_CLAIMS = ("tenant", "project", "environment", "kind", "exp", "kid")
+
+
+@dataclass(frozen=True, slots=True)
+class SigningKey:
+    """One control-plane key."""
+
+    kid: str
+    """Key id, carried in every token it signs."""
+
+    alg: Algorithm
+    """``HS256`` (``material`` is the secret) or ``EdDSA`` (``material`` is a PEM private key)."""
+
+    material: bytes
+    """Secret bytes or PEM; keep out of logs."""
+
+    def signing_material(self) -> Any:
+        if self.alg == "HS256":
+            return self.material
+        from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+        return load_pem_private_key(self.material, password=None)
+
+    def verifying_material(self) -> Any:
+        if self.alg == "HS256":
+            return self.material
+        return self.signing_material().public_key()
+
+    @classmethod
+    def generate(cls, alg: Algorithm = "HS256", kid: str | None = None) -> SigningKey:
+        key_id = kid or f"k_{secrets.token_hex(8)}"
+        if alg == "HS256":
+            return cls(key_id, alg, secrets.token_bytes(MIN_SECRET_BYTES))
+        if alg != "EdDSA":
+            raise ValueError(f"algorithm {alg!r} is not one of {ALGORITHMS}")
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+        pem = Ed25519PrivateKey.generate().private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        return cls(key_id, alg, pem)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRing:
+    """The keys tokens may be signed with; ``active`` mints."""
+
+    keys: tuple[SigningKey, ...]
+    active: str
+
+    def __post_init__(self) -> None:
+        kids = [key.kid for key in self.keys]
+        if len(set(kids)) != len(kids):
+            raise ValueError(f"duplicate key ids in {kids}")
+        if self.active not in kids:
+            raise ValueError(f"active key {self.active!r} is not in the ring {kids}")
+
+    def get(self, kid: str) -> SigningKey | None:
+        return next((key for key in self.keys if key.kid == kid), None)
+
+    @property
+    def active_key(self) -> SigningKey:
+        key = self.get(self.active)
+        if key is None:  # guarded by __post_init__; kept for the type checker
+            raise KeyringError(f"active key {self.active!r} missing")
+        return key
+
+    @classmethod
+    def generate(cls, alg: Algorithm = "HS256") -> KeyRing:
+        key = SigningKey.generate(alg)
+        return cls((key,), key.kid)
+
+    def rotated(self, alg: Algorithm | None = None) -> KeyRing:
+        """A ring with a new active key; the old keys still verify."""
+        key = SigningKey.generate(alg or self.active_key.alg)
+        return replace(self, keys=(*self.keys, key), active=key.kid)
+
+    def without(self, kid: str) -> KeyRing:
+        """The ring without key ``kid`` (tokens it signed stop verifying); not the active key."""
+        if kid == self.active:
+            raise ValueError(f"key {kid!r} is active; rotate first, then remove it")
+        if self.get(kid) is None:
+            raise ValueError(f"no key {kid!r} in the ring {[k.kid for k in self.keys]}")
+        return replace(self, keys=tuple(key for key in self.keys if key.kid != kid))
+
+    def to_json(self) -> str:
+        entries = []
+        for key in self.keys:
+            entry: dict[str, str] = {"kid": key.kid, "alg": key.alg}
+            if key.alg == "HS256":
+                entry["secret"] = base64.b64encode(key.material).decode("ascii")
+            else:
+                entry["private_key"] = key.material.decode("ascii")
+            entries.append(entry)
+        return json.dumps({"active": self.active, "keys": entries}, indent=2) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> KeyRing:
+        raw = json.loads(text)
+        keys = []
+        for entry in raw["keys"]:
+            alg = entry["alg"]
+            if alg == "HS256":
+                material = base64.b64decode(entry["secret"], validate=True)
+            elif alg == "EdDSA":
+                material = entry["private_key"].encode("ascii")
+            else:
+                raise ValueError(f"key {entry.get('kid')!r}: algorithm {alg!r} not in {ALGORITHMS}")
+            keys.append(SigningKey(str(entry["kid"]), alg, material))
+        return cls(tuple(keys), str(raw["active"]))
+
+
+class KeyRingFile:
+    """A key ring on disk, re-read when the file changes (so rotation needs no restart)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._stamp: tuple[int, int, int] | None = None
+        self._ring: KeyRing | None = None
+
+    def load(self) -> KeyRing:
+        try:
+            stat = self.path.stat()
+            stamp = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+            if self._ring is None or stamp != self._stamp:
+                self._ring = KeyRing.from_json(self.path.read_text("utf-8"))
+                self._stamp = stamp
+        except FileNotFoundError as exc:
+            raise KeyringError(
+                f"no publisher key file at {self.path}; run 'baml-studio tokens mint --data DIR …' "
+                "once to create it"
+            ) from exc
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise KeyringError(f"publisher key file {self.path} is unreadable: {exc}") from exc
+        return self._ring
+
+    def save(self, ring: KeyRing) -> None:
+        """Write atomically (temp file, fsync, rename, fsync directory), mode 0600."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{secrets.token_hex(4)}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, ring.to_json().encode("utf-8"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+        dir_fd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    def load_or_create(self, alg: Algorithm = "HS256") -> KeyRing:
+        if not self.path.exists():
+            self.save(KeyRing.generate(alg))
+        return self.load()
+
+
+def mint_publisher_token(
+    ring: KeyRing, scope: Scope, ttl_seconds: int, *, now: float | None = None
+) -> str:
+    """A publisher token for ``scope`` signed by the ring's active key, valid ``ttl_seconds``."""
+    if not 1 <= ttl_seconds <= MAX_TTL_SECONDS:
+        raise ValueError(f"ttl_seconds {ttl_seconds} must be 1..{MAX_TTL_SECONDS}")
+    issued = int(time.time() if now is None else now)
+    key = ring.active_key
+    claims = {
+        **scope.as_dict(),
+        "kind": PUBLISHER_KIND,
+        "iat": issued,
+        "exp": issued + ttl_seconds,
+        "kid": key.kid,
+    }
+    return jwt.encode(claims, key.signing_material(), algorithm=key.alg, headers={"kid": key.kid})
+
+
+@dataclass(frozen=True, slots=True)
+class PublisherIdentity:
+    """What a verified publisher token grants."""
+
+    scope: Scope
+    kid: str
+    expires_at: int
+    """``exp``, Unix seconds."""
+
+
+class PublisherTokenVerifier:
+    """Verifies bearer tokens against the ring ``keys()`` returns at call time."""
+
+    def __init__(
+        self,
+        keys: Callable[[], KeyRing],
+        *,
+        leeway_seconds: int = 5,
+    ) -> None:
+        self._keys = keys
+        self._leeway = leeway_seconds
+
+    def verify(self, token: str) -> PublisherIdentity:
+        """The identity, or ``Unauthenticated`` (401) / ``Forbidden`` (403)."""
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError as exc:
+            raise Unauthenticated(f"the bearer token is not a JWT: {exc}") from exc
+        kid = header.get("kid")
+        key = self._keys().get(kid) if isinstance(kid, str) else None
+        if key is None:
+            raise Unauthenticated(
+                "the token's signing key is unknown (rotated out?); get a new publisher token",
+                code="unknown_signing_key",
+            )
+        claims = self._decode(token, key)
+        if claims.get("kind") != PUBLISHER_KIND:
+            raise Forbidden(
+                f"token kind {claims.get('kind')!r} cannot upload; use a publisher token",
+                code="wrong_token_kind",
+            )
+        if claims.get("kid") != kid:
+            raise Unauthenticated("the token's kid claim differs from its header")
+        try:
+            scope = Scope(claims["tenant"], claims["project"], claims["environment"])
+        except ValueError as exc:
+            raise Unauthenticated(f"the token's scope claims are invalid: {exc}") from exc
+        return PublisherIdentity(scope, key.kid, int(claims["exp"]))
+
+    def _decode(self, token: str, key: SigningKey) -> dict[str, Any]:
+        try:
+            claims: dict[str, Any] = jwt.decode(
+                token,
+                key.verifying_material(),
+                algorithms=[key.alg],
+                leeway=self._leeway,
+                options={"require": list(_CLAIMS), "verify_iat": False},
+            )
+        except jwt.ExpiredSignatureError as exc:
+            raise Unauthenticated(
+                "the publisher token has expired; get a new one", code="token_expired"
+            ) from exc
+        except jwt.PyJWTError as exc:
+            raise Unauthenticated(f"the publisher token is invalid: {exc}") from exc
+        return claims

@@ -1,0 +1,168 @@
+"""HTTP adapter for the gateway's two publisher operations and the presigned PUTs (httpx).
+
+Every failure becomes a :mod:`baml_studio.publisher.errors` type: 401/403 →
+``GatewayAuthError``; 429/503 → ``GatewayThrottled`` with ``Retry-After``; connection errors →
+``GatewayUnreachable``; other 4xx → ``GatewayRejected``; other 5xx → ``GatewayThrottled``
+without a hint (transient). Presigned URLs never appear in messages or logs.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import enum
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import httpx
+
+from baml_studio.publisher.config import PublisherConfig
+from baml_studio.publisher.errors import (
+    GatewayAuthError,
+    GatewayError,
+    GatewayProtocolError,
+    GatewayRejected,
+    GatewayThrottled,
+    GatewayUnreachable,
+    UploadFailed,
+)
+
+STATES = frozenset({"upload_required", "stored", "conflict"})
+
+
+@dataclass(frozen=True, slots=True)
+class Authorized:
+    """One ``AuthorizedObject`` of the response."""
+
+    kind: str
+    key: str
+    state: str
+    upload_url: str | None = None
+    required_headers: Mapping[str, str] | None = None
+
+
+class PutOutcome(enum.Enum):
+    CREATED = "created"
+    EXISTS = "exists"
+    """412: the create-only precondition failed; the object is already there."""
+
+
+class GatewayPort(Protocol):
+    """What a flush needs from the gateway and the bucket."""
+
+    def authorize(
+        self, process_euid: str, flush_id: str, objects: Sequence[Mapping[str, Any]]
+    ) -> list[Authorized]: ...
+
+    def put(self, url: str, headers: Mapping[str, str], body: bytes) -> PutOutcome: ...
+
+
+class GatewayClient:
+    """Sync client; thread-safe for concurrent PUTs (httpx pools connections)."""
+
+    def __init__(self, base_url: str, token: str, *, timeout: float = 30.0) -> None:
+        self._base = base_url.rstrip("/")
+        self.token = token
+        self._http = httpx.Client(timeout=timeout, limits=httpx.Limits(max_connections=16))
+
+    def close(self) -> None:
+        self._http.close()
+
+    def get_config(self) -> PublisherConfig:
+        response = self._request("GET", "/v1/publisher/config")
+        return PublisherConfig.from_json(_json(response))
+
+    def authorize(
+        self, process_euid: str, flush_id: str, objects: Sequence[Mapping[str, Any]]
+    ) -> list[Authorized]:
+        body = {"process_euid": process_euid, "flush_id": flush_id, "objects": list(objects)}
+        data = _json(self._request("POST", "/v1/uploads/authorize", json=body))
+        rows = data.get("objects") if isinstance(data, dict) else None
+        if not isinstance(rows, list) or len(rows) != len(objects):
+            raise GatewayProtocolError(
+                f"authorize answered {rows!r:.80} for {len(objects)} objects"
+            )
+        return [_authorized(row) for row in rows]
+
+    def put(self, url: str, headers: Mapping[str, str], body: bytes) -> PutOutcome:
+        try:
+            response = self._http.put(url, content=body, headers=dict(headers))
+        except httpx.HTTPError as exc:
+            raise UploadFailed(f"PUT failed: {type(exc).__name__}", key=_key_of(url)) from exc
+        if response.status_code in (200, 201, 204):
+            return PutOutcome.CREATED
+        if response.status_code == 412:
+            return PutOutcome.EXISTS
+        raise UploadFailed(
+            f"PUT answered {response.status_code}", key=_key_of(url), status=response.status_code
+        )
+
+    def _request(self, method: str, path: str, json: Any = None) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {self.token}", "X-Baml-Request-Id": str(uuid.uuid4())}
+        try:
+            response = self._http.request(method, self._base + path, json=json, headers=headers)
+        except httpx.HTTPError as exc:
+            raise GatewayUnreachable(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+        status = response.status_code
+        if status < 300:
+            return response
+        code, message = _error_body(response)
+        text = f"{method} {path} answered {status} {code}: {message}"
+        if status in (401, 403):
+            raise GatewayAuthError(text, status=status, code=code)
+        if status in (429, 503) or status >= 500:
+            retry = retry_after_seconds(response.headers.get("Retry-After"))
+            raise GatewayThrottled(text, status=status, code=code, retry_after=retry)
+        raise GatewayRejected(text, status=status, code=code)
+
+
+def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
+    """``Retry-After`` as seconds: an integer, or an HTTP date; None if absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def _key_of(url: str) -> str:
+    return httpx.URL(url).path
+
+
+def _json(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError as exc:
+        raise GatewayProtocolError(f"response is not JSON: {exc}") from exc
+
+
+def _error_body(response: httpx.Response) -> tuple[str, str]:
+    try:
+        error = response.json()["error"]
+        return str(error["code"]), str(error["message"])
+    except (ValueError, KeyError, TypeError):
+        return "unknown", response.text[:200]
+
+
+def _authorized(row: Any) -> Authorized:
+    if not isinstance(row, dict) or row.get("state") not in STATES:
+        raise GatewayProtocolError(f"bad authorized object {row!r:.120}")
+    kind, key, state = row.get("kind"), row.get("key"), row["state"]
+    if not isinstance(kind, str) or not isinstance(key, str):
+        raise GatewayProtocolError(f"authorized object lacks kind or key: {row!r:.120}")
+    if state != "upload_required":
+        return Authorized(kind, key, state)
+    url, headers = row.get("upload_url"), row.get("required_headers")
+    if not isinstance(url, str) or not isinstance(headers, dict):
+        raise GatewayProtocolError(f"upload_required without url or headers for {key}")
+    return Authorized(kind, key, state, url, {str(k): str(v) for k, v in headers.items()})
+
+
+__all__ = ["Authorized", "GatewayClient", "GatewayError", "GatewayPort", "PutOutcome"]

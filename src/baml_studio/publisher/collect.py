@@ -1,0 +1,334 @@
+"""What one flush ships: pure selection over the local store plus zstd and SHA-256 per object.
+
+Segments are listed before CAS files. The profiler writes a value before the data segment that
+names it, so every value a collected segment references is either collected too or was shipped
+earlier. Per stream and plane, sequences above the cursor are taken in order: a segment whose
+header version is not supported is reported and skipped (the cursor passes it); a missing or
+checksum-failing segment blocks the plane for ``corrupt_block_seconds`` from the first time it
+is seen, then it is reported and skipped. CAS files without a ``.shipped`` marker become: codec
+2 → ``table``; codec 1 with a body at or above ``large_value_threshold_bytes`` → ``value``;
+smaller codec-1 values → packs of at most ``pack_max_entry_bytes`` original bytes. Packs still
+listed in the in-flight journal are rebuilt with the same flush id and members, so a retried
+flush produces byte-identical packs and the gateway answers ``stored``.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import os
+import struct
+from collections.abc import MutableMapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from baml_studio.format.cas import CAS_MAGIC, CODEC_FUNCTION_TABLE, CODEC_VALUE
+from baml_studio.format.ids import value_cid_wire
+from baml_studio.publisher.config import PublisherConfig
+from baml_studio.publisher.pack import MAX_PACK_ENTRIES, compress, pack_body
+from baml_studio.publisher.state import SHIPPED_SUFFIX, Cursor, JournalPack, PublishState, new_ulid
+from baml_studio.store.layout import Plane, StoreLayout, parse_cas_file_name, parse_stream_dir_name
+from baml_studio.store.segments import plane_sequences
+
+_CAS_HEAD = struct.Struct(">8sHHQ")
+_SEGMENT_MAGIC = {Plane.META: b"BAMLMET1", Plane.DATA: b"BAMLDAT1"}
+
+
+class Kind(enum.Enum):
+    """The ``kind`` of an authorize entry."""
+
+    META = "meta_segment"
+    DATA = "data_segment"
+    PACK = "value_pack"
+    VALUE = "value"
+    TABLE = "table"
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One compressed object ready to authorize and PUT."""
+
+    kind: Kind
+    body: bytes
+    sha256: str
+    original_bytes: int
+    sequence: int | None = None
+    cid: bytes | None = None
+    flush_id: str | None = None
+    members: tuple[bytes, ...] = ()
+    """Packs: the CIDs inside."""
+
+    def request_entry(self) -> dict[str, Any]:
+        """This object as an ``UploadObject`` of openapi.yaml."""
+        entry: dict[str, Any] = {
+            "kind": self.kind.value, "size_bytes": len(self.body), "checksum_sha256": self.sha256,
+        }  # fmt: skip
+        if self.kind in (Kind.META, Kind.DATA):
+            entry["sequence"] = self.sequence
+        elif self.kind is Kind.PACK:
+            entry["entry_count"] = len(self.members)
+        elif self.cid is not None:
+            entry["cid"] = value_cid_wire(self.cid)
+            entry["codec"] = CODEC_VALUE if self.kind is Kind.VALUE else CODEC_FUNCTION_TABLE
+        return entry
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """A file that was not shipped, and why."""
+
+    path: Path
+    reason: str
+    skipped: bool
+    """True: the cursor passes it (never shipped); False: it blocks its plane for now."""
+
+
+@dataclass(slots=True)
+class StreamBatch:
+    euid: bytes
+    cursor: Cursor
+    meta: list[Outgoing] = field(default_factory=list)
+    data: list[Outgoing] = field(default_factory=list)
+    skipped: dict[Plane, set[int]] = field(
+        default_factory=lambda: {Plane.META: set(), Plane.DATA: set()}
+    )
+
+
+@dataclass(slots=True)
+class FlushPlan:
+    flush_id: str
+    carrier: bytes | None
+    """The stream whose ``process_euid`` carries the CAS objects and packs."""
+    cas: list[Outgoing] = field(default_factory=list)
+    packs: list[Outgoing] = field(default_factory=list)
+    streams: list[StreamBatch] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def objects(self) -> int:
+        return (
+            len(self.cas) + len(self.packs) + sum(len(s.meta) + len(s.data) for s in self.streams)
+        )
+
+    @property
+    def original_bytes(self) -> int:
+        every = [*self.cas, *self.packs, *(o for s in self.streams for o in (*s.meta, *s.data))]
+        return sum(o.original_bytes for o in every)
+
+
+def make_object(kind: Kind, raw: bytes, level: int, **extra: Any) -> Outgoing:
+    body = compress(raw, level)
+    return Outgoing(kind, body, hashlib.sha256(body).hexdigest(), len(raw), **extra)
+
+
+def collect_flush(
+    root: Path,
+    config: PublisherConfig,
+    *,
+    level: int,
+    now: float,
+    first_seen: MutableMapping[Path, float],
+    block_seconds: float,
+    state: PublishState | None = None,
+) -> FlushPlan:
+    """Select, compress and checksum every unshipped complete file under ``root``."""
+    state = state or PublishState(root)
+    layout = state.layout
+    euids = _stream_euids(layout)
+    plan = FlushPlan(new_ulid(now), euids[0] if euids else None)
+    for euid in euids:
+        batch = StreamBatch(euid, state.read_cursor(euid))
+        for plane in Plane:
+            _collect_plane(
+                layout,
+                batch,
+                plane,
+                config,
+                level,
+                plan.problems,
+                _Blocker(now, first_seen, block_seconds),
+            )
+        plan.streams.append(batch)
+    if plan.carrier is not None:
+        _collect_cas(state, config, level, plan)
+    return plan
+
+
+@dataclass(slots=True)
+class _Blocker:
+    now: float
+    first_seen: MutableMapping[Path, float]
+    block_seconds: float
+
+    def expired(self, path: Path) -> bool:
+        since = self.first_seen.setdefault(path, self.now)
+        return self.now - since >= self.block_seconds
+
+
+def _stream_euids(layout: StoreLayout) -> list[bytes]:
+    try:
+        names = os.listdir(layout.streams_dir)
+    except FileNotFoundError:
+        return []
+    return sorted(e for e in map(parse_stream_dir_name, names) if e is not None)
+
+
+def _collect_plane(
+    layout: StoreLayout,
+    batch: StreamBatch,
+    plane: Plane,
+    config: PublisherConfig,
+    level: int,
+    problems: list[Problem],
+    blocker: _Blocker,
+) -> None:
+    done = batch.cursor.meta if plane is Plane.META else batch.cursor.data
+    target = batch.meta if plane is Plane.META else batch.data
+    pending = [s for s in plane_sequences(layout, batch.euid, plane) if s > done]
+    expected = done + 1
+    for sequence in pending:
+        while expected < sequence:  # a hole below an existing file
+            path = layout.segment_path(batch.euid, plane, expected)
+            if not blocker.expired(path):
+                problems.append(Problem(path, "missing segment; the plane waits for it", False))
+                return
+            problems.append(Problem(path, "missing segment skipped after the wait", True))
+            batch.skipped[plane].add(expected)
+            expected += 1
+        path = layout.segment_path(batch.euid, plane, sequence)
+        expected = sequence + 1
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            problems.append(Problem(path, f"unreadable: {exc}", False))
+            return
+        reason = _segment_problem(raw, plane, config)
+        if reason is None:
+            target.append(
+                make_object(Kind(f"{plane.value}_segment"), raw, level, sequence=sequence)
+            )
+            continue
+        if reason.startswith("unsupported"):
+            problems.append(Problem(path, reason, True))
+            batch.skipped[plane].add(sequence)
+        elif blocker.expired(path):
+            problems.append(Problem(path, reason + "; skipped after the wait", True))
+            batch.skipped[plane].add(sequence)
+        else:
+            problems.append(Problem(path, reason + "; the plane waits for it", False))
+            return
+
+
+def _segment_problem(raw: bytes, plane: Plane, config: PublisherConfig) -> str | None:
+    if len(raw) < 42 or raw[:8] != _SEGMENT_MAGIC[plane]:
+        return "not a segment file (magic or length)"
+    if hashlib.sha256(raw[:-32]).digest() != raw[-32:]:
+        return "segment checksum does not match"
+    version = int.from_bytes(raw[8:10], "big")
+    if version not in config.supported_segment_versions:
+        accepted = list(config.supported_segment_versions)
+        return f"unsupported segment version {version}; the gateway accepts {accepted}"
+    return None
+
+
+def _collect_cas(state: PublishState, config: PublisherConfig, level: int, plan: FlushPlan) -> None:
+    small: dict[bytes, bytes] = {}
+    for cid, path in _unshipped_cas(state.layout):
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            continue  # removed by retention meanwhile
+        except OSError as exc:
+            plan.problems.append(Problem(path, f"unreadable: {exc}", False))
+            continue
+        reason = _cas_problem(raw, cid, config)
+        if reason is not None:
+            plan.problems.append(Problem(path, reason, True))
+            continue
+        _, _, codec, body_len = _CAS_HEAD.unpack_from(raw)
+        if codec == CODEC_FUNCTION_TABLE:
+            plan.cas.insert(0, make_object(Kind.TABLE, raw, level, cid=cid))
+        elif body_len >= config.large_value_threshold_bytes:
+            plan.cas.append(make_object(Kind.VALUE, raw, level, cid=cid))
+        else:
+            small[cid] = raw
+    for pack in _group_packs(state, small, config.pack_max_entry_bytes, plan.flush_id):
+        body = pack_body([small[c] for c in pack.members])
+        plan.packs.append(
+            make_object(Kind.PACK, body, level, flush_id=pack.flush_id, members=pack.members)
+        )
+    state.write_journal([JournalPack(p.flush_id or "", p.members) for p in plan.packs])
+
+
+def _cas_problem(raw: bytes, cid: bytes, config: PublisherConfig) -> str | None:
+    if len(raw) < 84 or raw[:8] != CAS_MAGIC:
+        return "not a CAS file (magic or length)"
+    _, version, codec, body_len = _CAS_HEAD.unpack_from(raw)
+    if version not in config.supported_cas_versions:
+        return f"unsupported CAS version {version}"
+    if codec not in (CODEC_VALUE, CODEC_FUNCTION_TABLE):
+        return f"unknown CAS codec {codec}"
+    if raw[20:52] != cid or len(raw) != 84 + body_len:
+        return "CAS file does not match its name or length"
+    if hashlib.sha256(raw[:-32]).digest() != raw[-32:]:
+        return "CAS checksum does not match"
+    return None
+
+
+def _unshipped_cas(layout: StoreLayout) -> list[tuple[bytes, Path]]:
+    found: list[tuple[bytes, Path]] = []
+    try:
+        prefixes = sorted(os.listdir(layout.cas_dir))
+    except FileNotFoundError:
+        return found
+    for prefix in prefixes:
+        directory = layout.cas_dir / prefix
+        try:
+            names = set(os.listdir(directory))
+        except (NotADirectoryError, FileNotFoundError):
+            continue
+        for name in sorted(names):
+            cid = parse_cas_file_name(name)
+            if cid is not None and name + SHIPPED_SUFFIX not in names:
+                found.append((cid, directory / name))
+    return found
+
+
+def unshipped_value_bytes(root: Path) -> int:
+    """Total size of CAS files without a marker (the early-flush trigger)."""
+    total = 0
+    for _, path in _unshipped_cas(StoreLayout(Path(root))):
+        try:
+            total += path.stat().st_size
+        except FileNotFoundError:
+            continue
+    return total
+
+
+def _group_packs(
+    state: PublishState, small: dict[bytes, bytes], limit: int, flush_id: str
+) -> list[JournalPack]:
+    packs: list[JournalPack] = []
+    left = dict(small)
+    for old in state.read_journal():
+        if old.members and all(c in left for c in old.members):
+            packs.append(old)
+            for cid in old.members:
+                del left[cid]
+    current: list[bytes] = []
+    size = 0
+
+    def new_id() -> str:
+        return flush_id if not any(p.flush_id == flush_id for p in packs) else new_ulid()
+
+    for cid in sorted(left):
+        raw_len = len(left[cid])
+        if current and (size + raw_len > limit or len(current) >= MAX_PACK_ENTRIES):
+            packs.append(JournalPack(new_id(), tuple(current)))
+            current, size = [], 0
+        current.append(cid)
+        size += raw_len
+    if current:
+        packs.append(JournalPack(new_id(), tuple(current)))
+    return packs

@@ -1,0 +1,235 @@
+"""One flush: authorize every object, PUT in the ordering guarantee's order, then advance state.
+
+Order of PUTs: function tables, large values and packs; then each stream's data segments in
+sequence order; then each stream's meta segments in sequence order. A failed PUT is retried
+(re-authorizing first: ``stored`` means the earlier PUT landed, ``upload_required`` means PUT
+again); after ``put_attempts`` the flush raises and nothing later in the order is sent. A 412
+means the object exists: re-authorize and expect ``stored``. ``conflict`` on a value or table
+counts as stored; on a pack it stops the flush before any segment (the pack is dropped from the
+journal so the next flush builds a new one under a new flush id); on a segment it is reported,
+never overwritten, and its plane stops there (a data conflict also holds back the stream's meta).
+Only after the meta segments are stored: cursors advance, shipped values and tables get their
+markers, the journal forgets shipped packs, and (if configured) shipped segments are deleted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from baml_studio.publisher.client import Authorized, GatewayPort, PutOutcome
+from baml_studio.publisher.collect import FlushPlan, Kind, Outgoing, Problem, StreamBatch
+from baml_studio.publisher.errors import GatewayProtocolError, UploadFailed
+from baml_studio.publisher.retention import delete_files
+from baml_studio.publisher.state import Cursor, JournalPack, PublishState
+from baml_studio.store.layout import Plane
+
+
+@dataclass(slots=True)
+class FlushReport:
+    flush_id: str
+    complete: bool = False
+    uploaded: list[str] = field(default_factory=list)
+    """Keys PUT by this flush, in PUT order."""
+    stored: list[str] = field(default_factory=list)
+    """Keys the gateway already had (``stored``, or ``conflict`` on a value or table)."""
+    conflicts: list[str] = field(default_factory=list)
+    """Segment or pack keys with a different object in the bucket: a local bug, reported."""
+    problems: list[Problem] = field(default_factory=list)
+    cursors: dict[str, Cursor] = field(default_factory=dict)
+    objects: int = 0
+    original_bytes: int = 0
+    compressed_bytes: int = 0
+
+
+@dataclass(slots=True)
+class _Target:
+    euid: str
+    flush_id: str
+    obj: Outgoing
+    answer: Authorized | None = None
+
+
+class _Stop(Exception):
+    """A pack conflict: nothing after the first phase may be sent."""
+
+
+def run_flush(
+    plan: FlushPlan,
+    gateway: GatewayPort,
+    state: PublishState,
+    *,
+    max_objects: int,
+    put_attempts: int = 3,
+    retry_delay: float = 0.2,
+    release_segments: bool = False,
+    sleep: Callable[[float], None] = time.sleep,
+) -> FlushReport:
+    """Ship ``plan``. Raises GatewayError or UploadFailed when the flush must be retried."""
+    report = FlushReport(plan.flush_id, problems=list(plan.problems))
+    report.objects = plan.objects
+    report.original_bytes = plan.original_bytes
+    targets = _targets(plan)
+    for euid, flush_id, chunk in _chunks(targets, max_objects):
+        answers = gateway.authorize(euid, flush_id, [t.obj.request_entry() for t in chunk])
+        for target, answer in zip(chunk, answers, strict=True):
+            target.answer = answer
+    shipper = _Shipper(gateway, report, put_attempts, retry_delay, sleep)
+    first = [t for t in targets if t.obj.kind in (Kind.TABLE, Kind.VALUE, Kind.PACK)]
+    try:
+        for target in first:
+            shipper.ship(target)
+    except _Stop:
+        state.write_journal([JournalPack(p.flush_id or "", p.members) for p in plan.packs
+                             if not any(t.obj is p and t.answer and t.answer.state == "conflict"
+                                        for t in first)])  # fmt: skip
+        return report
+    by_obj = {id(t.obj): t for t in targets}
+    shipped: dict[tuple[bytes, Plane], set[int]] = {}
+    data_ok = {
+        batch.euid: _ship_plane(
+            shipper, by_obj, batch.data, shipped.setdefault((batch.euid, Plane.DATA), set())
+        )
+        for batch in plan.streams
+    }
+    for batch in plan.streams:
+        if data_ok[batch.euid]:
+            meta = shipped.setdefault((batch.euid, Plane.META), set())
+            _ship_plane(shipper, by_obj, batch.meta, meta)
+    _finish(plan, state, shipped, report, release_segments)
+    report.complete = not report.conflicts and not any(not p.skipped for p in report.problems)
+    return report
+
+
+def _targets(plan: FlushPlan) -> list[_Target]:
+    carrier = plan.carrier.hex() if plan.carrier else ""
+    targets = [_Target(carrier, plan.flush_id, o) for o in plan.cas]
+    targets += [_Target(carrier, o.flush_id or plan.flush_id, o) for o in plan.packs]
+    for batch in plan.streams:
+        targets += [_Target(batch.euid.hex(), plan.flush_id, o) for o in (*batch.data, *batch.meta)]
+    return targets
+
+
+def _chunks(targets: Sequence[_Target], size: int) -> Iterator[tuple[str, str, list[_Target]]]:
+    """Calls of at most ``size`` objects sharing one euid and flush id (one pack per call)."""
+    groups: dict[tuple[str, str], list[_Target]] = {}
+    for target in targets:
+        groups.setdefault((target.euid, target.flush_id), []).append(target)
+    for (euid, flush_id), group in groups.items():
+        for start in range(0, len(group), size):
+            yield euid, flush_id, group[start : start + size]
+
+
+class _Shipper:
+    def __init__(
+        self,
+        gateway: GatewayPort,
+        report: FlushReport,
+        attempts: int,
+        delay: float,
+        sleep: Callable[[float], None],
+    ) -> None:
+        self._gateway = gateway
+        self._report = report
+        self._attempts = max(1, attempts)
+        self._delay = delay
+        self._sleep = sleep
+
+    def ship(self, target: _Target) -> bool:
+        """True once the object is in the bucket; False on a segment conflict."""
+        for attempt in range(self._attempts):
+            answer = target.answer
+            if answer is None:
+                raise GatewayProtocolError("object was never authorized")
+            if answer.state == "stored":
+                self._report.stored.append(answer.key)
+                return True
+            if answer.state == "conflict":
+                return self._conflict(target, answer)
+            if answer.upload_url is None or answer.required_headers is None:
+                raise GatewayProtocolError(f"upload_required without URL for {answer.key}")
+            try:
+                outcome = self._gateway.put(
+                    answer.upload_url, answer.required_headers, target.obj.body
+                )
+            except UploadFailed:
+                if attempt + 1 == self._attempts:
+                    raise
+                self._sleep(self._delay * (2**attempt))
+            else:
+                if outcome is PutOutcome.CREATED:
+                    self._report.uploaded.append(answer.key)
+                    self._report.compressed_bytes += len(target.obj.body)
+                    return True
+            target.answer = self._reauthorize(target)
+        raise UploadFailed(
+            f"object not stored after {self._attempts} attempts",
+            key=target.answer.key if target.answer else "",
+        )
+
+    def _reauthorize(self, target: _Target) -> Authorized:
+        return self._gateway.authorize(target.euid, target.flush_id, [target.obj.request_entry()])[
+            0
+        ]
+
+    def _conflict(self, target: _Target, answer: Authorized) -> bool:
+        if target.obj.kind in (Kind.VALUE, Kind.TABLE):
+            self._report.stored.append(answer.key)
+            return True
+        self._report.conflicts.append(answer.key)
+        if target.obj.kind is Kind.PACK:
+            raise _Stop
+        return False
+
+
+def _ship_plane(
+    shipper: _Shipper, by_obj: dict[int, _Target], objects: list[Outgoing], shipped: set[int]
+) -> bool:
+    for obj in objects:
+        if not shipper.ship(by_obj[id(obj)]):
+            return False
+        if obj.sequence is not None:
+            shipped.add(obj.sequence)
+    return True
+
+
+def _advance(start: int, done: set[int]) -> int:
+    cursor = start
+    while cursor + 1 in done:
+        cursor += 1
+    return cursor
+
+
+def _finish(
+    plan: FlushPlan,
+    state: PublishState,
+    shipped: dict[tuple[bytes, Plane], set[int]],
+    report: FlushReport,
+    release_segments: bool,
+) -> None:
+    for batch in plan.streams:
+        cursor = _new_cursor(batch, shipped)
+        if cursor != batch.cursor:
+            state.write_cursor(batch.euid, cursor)
+            if release_segments:
+                _release(state, batch, cursor)
+        report.cursors[batch.euid.hex()] = cursor
+    cids = [o.cid for o in plan.cas if o.cid is not None]
+    cids += [c for pack in plan.packs for c in pack.members]
+    state.mark_shipped(cids)
+    state.clear_journal()
+
+
+def _new_cursor(batch: StreamBatch, shipped: dict[tuple[bytes, Plane], set[int]]) -> Cursor:
+    meta = shipped.get((batch.euid, Plane.META), set()) | batch.skipped[Plane.META]
+    data = shipped.get((batch.euid, Plane.DATA), set()) | batch.skipped[Plane.DATA]
+    return Cursor(_advance(batch.cursor.meta, meta), _advance(batch.cursor.data, data))
+
+
+def _release(state: PublishState, batch: StreamBatch, cursor: Cursor) -> None:
+    paths = [state.layout.segment_path(batch.euid, Plane.META, s)
+             for s in range(batch.cursor.meta + 1, cursor.meta + 1)]  # fmt: skip
+    paths += [state.layout.segment_path(batch.euid, Plane.DATA, s)
+              for s in range(batch.cursor.data + 1, cursor.data + 1)]  # fmt: skip
+    delete_files(state.layout, paths)

@@ -1,0 +1,205 @@
+"""``Publisher``: config refresh, backoff and the background flush thread around one store.
+
+Every ``flush_interval_seconds`` (earlier when unshipped value bytes exceed
+``pack_max_entry_bytes``, checked about once a second) and on ``close()``, the thread runs
+:meth:`Publisher.flush`. The configuration is read at the first flush and again every
+``config_refresh_seconds``; a 429/503 keeps the last one. A 401/403 stops shipping: no flush
+runs until the config call succeeds again, which is retried every ``auth_retry_seconds`` or at
+once after :meth:`Publisher.set_token`. Other failures back off exponentially with full jitter,
+honouring ``Retry-After``. Files are never removed because of a failure.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from baml_studio.publisher.client import GatewayClient
+from baml_studio.publisher.collect import collect_flush, unshipped_value_bytes
+from baml_studio.publisher.config import PublisherConfig, PublisherSettings
+from baml_studio.publisher.errors import (
+    CaptureDisabled,
+    GatewayAuthError,
+    GatewayThrottled,
+    PublisherError,
+)
+from baml_studio.publisher.flush import FlushReport, run_flush
+from baml_studio.publisher.retention import RetentionReport, apply_retention
+from baml_studio.publisher.state import PublishState
+
+
+class Publisher:
+    """Ships one store to one gateway. ``flush()`` is safe to call from any thread."""
+
+    def __init__(
+        self,
+        store_root: Path,
+        gateway_url: str,
+        token: str,
+        *,
+        settings: PublisherSettings | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings or PublisherSettings(Path(store_root), gateway_url)
+        self._root = Path(store_root)
+        self._client = GatewayClient(
+            gateway_url, token, timeout=self.settings.request_timeout_seconds
+        )
+        self._state = PublishState(self._root)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._config: PublisherConfig | None = None
+        self._config_at = float("-inf")
+        self._auth_failed: GatewayAuthError | None = None
+        self._failures = 0
+        self._not_before = float("-inf")
+        self._first_seen: dict[Path, float] = {}
+        self.last_report: FlushReport | None = None
+        self.last_error: PublisherError | None = None
+
+    @property
+    def config(self) -> PublisherConfig | None:
+        return self._config
+
+    @property
+    def shipping_stopped(self) -> bool:
+        """True after a 401/403 until a config call succeeds."""
+        return self._auth_failed is not None
+
+    def set_token(self, token: str) -> None:
+        """Use a rotated token; the next attempt re-reads the config at once."""
+        self._client.token = token
+        self._config_at = float("-inf")
+        self._not_before = float("-inf")
+        self._wake.set()
+
+    def refresh_config(self) -> PublisherConfig:
+        """Read the config now. Raises GatewayAuthError (and stops shipping) or GatewayError."""
+        try:
+            config = self._client.get_config()
+        except GatewayAuthError as exc:
+            self._auth_failed = exc
+            self._config_at = (
+                self._clock()
+                - self.settings.config_refresh_seconds
+                + (self.settings.auth_retry_seconds)
+            )
+            raise
+        except GatewayThrottled:
+            if self._config is None:
+                raise
+            return self._config  # keep the last configuration
+        self._config, self._config_at, self._auth_failed = config, self._clock(), None
+        return config
+
+    def flush(self) -> FlushReport:
+        """One flush now. Raises PublisherError subclasses; nothing local is lost on failure."""
+        with self._lock:
+            now = self._clock()
+            config = self._config
+            if config is None or now - self._config_at >= self.settings.config_refresh_seconds:
+                config = self.refresh_config()
+            if self._auth_failed is not None:
+                raise self._auth_failed
+            if not config.capture_enabled:
+                raise CaptureDisabled("the gateway configuration has capture_enabled: false")
+            plan = collect_flush(
+                self._root, config, level=self.settings.zstd_level, now=now,
+                first_seen=self._first_seen, block_seconds=self.settings.corrupt_block_seconds,
+                state=self._state,
+            )  # fmt: skip
+            report = run_flush(
+                plan, self._client, self._state, max_objects=config.max_objects_per_authorize,
+                put_attempts=self.settings.put_attempts,
+                release_segments=self.settings.release_shipped_segments,
+            )  # fmt: skip
+            self.last_report = report
+            return report
+
+    def retain(self) -> RetentionReport | None:
+        """One retention pass with the current config (none before the first config)."""
+        if self._config is None:
+            return None
+        return apply_retention(
+            self._root, retention_seconds=self._config.shipped_value_retention_seconds,
+            now=self._clock(), budget_bytes=self.settings.disk_budget_bytes,
+        )  # fmt: skip
+
+    def try_flush(self) -> FlushReport | None:
+        """``flush()`` with the backoff policy applied; errors are kept in ``last_error``."""
+        if self._clock() < self._not_before:
+            return None
+        try:
+            report = self.flush()
+        except PublisherError as exc:
+            self.last_error = exc
+            self._failures += 1
+            self._not_before = self._clock() + self._delay(exc)
+            return None
+        self.last_error, self._failures = None, 0
+        self._not_before = float("-inf")
+        try:
+            self.retain()
+        except (OSError, PublisherError) as exc:  # retention never blocks shipping
+            self.last_error = exc if isinstance(exc, PublisherError) else None
+        return report
+
+    def _delay(self, exc: PublisherError) -> float:
+        if isinstance(exc, GatewayAuthError):
+            return self.settings.auth_retry_seconds
+        cap = min(
+            self.settings.backoff_max_seconds,
+            self.settings.backoff_base_seconds * 2 ** min(self._failures, 20),
+        )
+        delay = random.uniform(0, cap)
+        if isinstance(exc, GatewayThrottled) and exc.retry_after is not None:
+            delay = max(delay, exc.retry_after)
+        return delay
+
+    def start(self) -> None:
+        """Start the background thread (idempotent)."""
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, name="baml-publisher", daemon=True)
+        self._thread.start()
+
+    def close(self, timeout: float | None = 30.0) -> FlushReport | None:
+        """Stop the thread and run one last flush (the shutdown flush)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        self._not_before = float("-inf")
+        report = self.try_flush()
+        self._client.close()
+        return report
+
+    def _run(self) -> None:
+        last = self._clock()
+        while not self._stop.is_set():
+            interval = self._config.flush_interval_seconds if self._config else 1.0
+            self._wake.wait(min(1.0, interval))
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            now = self._clock()
+            due = now - last >= interval or self._over_pack_limit()
+            if due or self._config is None:
+                self.try_flush()
+                last = self._clock()
+
+    def _over_pack_limit(self) -> bool:
+        if self._config is None:
+            return False
+        return unshipped_value_bytes(self._root) > self._config.pack_max_entry_bytes
+
+    def wake(self) -> None:
+        """Ask the thread to check for work now (e.g. after the profiler closed many files)."""
+        self._wake.set()

@@ -1,0 +1,50 @@
+"""``tokens mint`` / ``tokens rotate`` and the help of ``serve dataplane``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from click.testing import CliRunner
+
+from baml_studio.cli_gateway import parse_ttl, serve, tokens
+from baml_studio.gateway.config import Scope
+from baml_studio.gateway.tokens import KeyRingFile, PublisherTokenVerifier
+
+
+def test_gateway_cli_mint_and_rotate(tmp_path: Path) -> None:
+    data = tmp_path / "dp"
+    args = ["mint", "--data", str(data), "--tenant", "t", "--project", "p", "--environment", "e"]
+    result = CliRunner().invoke(tokens, [*args, "--ttl", "15m"])
+    assert result.exit_code == 0, result.output
+    token = result.output.strip()
+    keys = KeyRingFile(data / "keys" / "publisher-keys.json")
+    identity = PublisherTokenVerifier(keys.load).verify(token)
+    assert identity.scope == Scope("t", "p", "e")
+    environments = json.loads((data / "environments.json").read_text())
+    assert environments == {"environments": [{"tenant": "t", "project": "p", "environment": "e"}]}
+    old = keys.load().active
+    rotated = CliRunner().invoke(tokens, ["rotate", "--data", str(data), "--retire", old])
+    assert rotated.exit_code == 0, rotated.output
+    assert KeyRingFile(keys.path).load().active == rotated.output.strip() != old
+    bad = CliRunner().invoke(tokens, [*args[:-1], "a/b"])
+    assert bad.exit_code == 2
+
+
+def test_gateway_cli_ttl() -> None:
+    assert [parse_ttl(t) for t in ("90", "90s", "15m", "1h", "7d")] == [90, 90, 900, 3600, 604800]
+    for bad in ("0s", "1w", "h", "400d"):
+        try:
+            parse_ttl(bad)
+        except click.BadParameter:
+            continue
+        raise AssertionError(bad)
+
+
+def test_gateway_cli_commands_are_documented() -> None:
+    for group in (serve, tokens):
+        assert isinstance(group, click.Group)
+        assert "Example:" in (group.help or "")
+        for command in group.commands.values():
+            assert "Example:" in (command.help or ""), command.name
