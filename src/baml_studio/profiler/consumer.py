@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from baml_studio.format.cct import encode_cct_payload
 from baml_studio.format.data import encode_data_segment
 from baml_studio.format.ids import value_cid
 from baml_studio.format.meta import encode_meta_segment
@@ -30,8 +29,6 @@ from baml_studio.format.records import (
     EdgeKind,
     EngineStarted,
     ErrorCapture,
-    ErrorCaptureId,
-    ErrorCaptureLossReason,
     ErrorKind,
     ErrorSource,
     ExecutionHealth,
@@ -558,6 +555,3 @@ def _with_lost_value(fact: Fact, loss: ValueLossReason) -> Fact:
             fact.throw_site, fact.kind, fact.source, ValueLost(loss),
         )  # fmt: skip
     return fact
-
-
-__all__ = ["Buffer", "Consumer", "ErrorCaptureId", "ErrorCaptureLossReason", "encode_cct_payload"]
