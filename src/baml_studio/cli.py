@@ -20,6 +20,7 @@ from typing import Any
 import click
 
 from baml_studio.cli_gateway import serve as serve_group
+from baml_studio.cli_gateway import setup as setup_group
 from baml_studio.cli_gateway import tokens as tokens_group
 from baml_studio.cli_publish import publish as publish_command
 from baml_studio.cli_query import query as query_command
@@ -101,6 +102,7 @@ main.add_command(query_command)
 main.add_command(publish_command)
 main.add_command(serve_group)
 main.add_command(tokens_group)
+main.add_command(setup_group)
 
 
 @main.group()

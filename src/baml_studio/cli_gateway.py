@@ -1,15 +1,26 @@
-"""``baml-studio serve dataplane`` and ``baml-studio tokens``: a thin shell over
-:mod:`baml_studio.gateway`. Register with ``main.add_command(serve)`` and
-``main.add_command(tokens)``.
+"""``baml-studio serve dataplane``, ``baml-studio tokens`` and ``baml-studio setup``: a thin shell
+over :mod:`baml_studio.gateway`. Register with ``main.add_command(serve)``,
+``main.add_command(tokens)`` and ``main.add_command(setup)``.
 
 Exit codes: 0 success, 2 usage error (bad option or an unreadable ``dataplane.json``),
-4 the data directory is unavailable (cannot be created, read or written).
+3 ``setup s3-notifications --verify`` found rules missing, 4 the data directory or S3/SQS is
+unavailable (cannot be created, read or written; S3/SQS did not answer), 5 S3 or SQS refused the
+setup (missing bucket, access denied, invalid queue name).
+
+AWS queue policy: S3 sends to a queue only if the queue's policy allows ``sqs:SendMessage`` from
+``s3.amazonaws.com`` with ``aws:SourceArn`` = ``arn:aws:s3:::<bucket>``, and AWS refuses to save
+notification rules until it does (it sends an ``s3:TestEvent`` to check). ``setup
+s3-notifications`` sets that policy (replacing any other policy on the queue); with
+``--no-queue-policy`` set it yourself first, e.g. with the document printed by
+``baml_studio.objectstore.s3_notifications.bucket_send_policy(queue_arn, bucket)``.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -19,7 +30,9 @@ from baml_studio.gateway.errors import KeyringError
 from baml_studio.gateway.service import DataplaneConfig, load_dataplane_config
 from baml_studio.gateway.tokens import MAX_TTL_SECONDS, KeyRingFile, mint_publisher_token
 
+EXIT_RULES_MISSING = 3
 EXIT_UNAVAILABLE = 4
+EXIT_REFUSED = 5
 _TTL = re.compile(r"(\d+)([smhd]?)")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -56,23 +69,37 @@ def serve() -> None:
 @click.option(
     "--port", type=click.IntRange(1, 65535), default=8787, show_default=True, help="TCP port."
 )
-def serve_dataplane(data: Path, host: str, port: int) -> None:
+@click.option(
+    "--setup-s3",
+    is_flag=True,
+    help="With S3 + SQS in dataplane.json: create the projection queue and its dead-letter "
+    "queue and install the bucket's two notification rules before serving.",
+)
+def serve_dataplane(data: Path, host: str, port: int, setup_s3: bool) -> None:
     """Serve the upload gateway (publisher config, authorize, presigned PUTs) on the embedded
-    defaults: a directory bucket and an SQLite projection queue under DATA, or S3 when
-    DATA/dataplane.json configures it.
+    defaults: a directory bucket and an SQLite projection queue under DATA, or S3 + SQS when
+    DATA/dataplane.json configures them (the notification rules are verified at start, or
+    installed with --setup-s3).
 
     Example: baml-studio serve dataplane --data ./dataplane --host 127.0.0.1 --port 8787
     """
     import uvicorn
 
     from baml_studio.gateway.service import open_dataplane
+    from baml_studio.objectstore.notifications import NotificationSetupError
 
-    config = _load_config(data, host, port)
+    config = _load_config(data, host, port, setup_s3)
     try:
         dataplane = open_dataplane(config)
     except OSError as exc:
         click.echo(f"error: data directory {data} is unavailable: {exc}", err=True)
         raise SystemExit(EXIT_UNAVAILABLE) from exc
+    except NotificationSetupError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(EXIT_UNAVAILABLE if exc.transient else EXIT_REFUSED) from exc
+    if dataplane.notifications is not None and dataplane.notifications.missing:
+        missing = ", ".join(dataplane.notifications.missing)
+        click.echo(f"warning: bucket notification rules missing: {missing}", err=True)
     click.echo(f"gateway on http://{host}:{port} (data {data})", err=True)
     try:
         uvicorn.run(dataplane.app, host=host, port=port, log_level="info", access_log=False)
@@ -149,11 +176,88 @@ def rotate(data: Path, retire: str | None) -> None:
     click.echo(ring.active)
 
 
-def _load_config(data: Path, host: str, port: int) -> DataplaneConfig:
+def _load_config(data: Path, host: str, port: int, setup_s3: bool = False) -> DataplaneConfig:
     try:
-        return load_dataplane_config(data, host=host, port=port)
+        return load_dataplane_config(data, host=host, port=port, setup_s3=setup_s3)
     except (ValueError, TypeError) as exc:
         raise click.UsageError(f"{data}/dataplane.json: {exc}") from exc
     except OSError as exc:
         click.echo(f"error: data directory {data} is unavailable: {exc}", err=True)
         raise SystemExit(EXIT_UNAVAILABLE) from exc
+
+
+@click.group()
+def setup() -> None:
+    """One-off setup of the cloud resources the data plane uses.
+
+    Example: baml-studio setup s3-notifications --bucket evidence --queue baml-projection
+    """
+
+
+@setup.command("s3-notifications")
+@click.option("--bucket", required=True, help="The evidence bucket (must exist).")
+@click.option("--queue", required=True, help="SQS projection queue name (DLQ: <queue>-dlq).")
+@click.option("--region", default="us-east-1", show_default=True, help="AWS region.")
+@click.option("--endpoint-url", default=None, help="S3 endpoint for S3-compatible stores.")
+@click.option("--sqs-endpoint-url", default=None, help="SQS endpoint (default: --endpoint-url).")
+@click.option(
+    "--queue-policy/--no-queue-policy",
+    default=True,
+    show_default=True,
+    help="Let the bucket send to the queue (replaces the queue's policy; AWS needs it).",
+)
+@click.option("--verify", is_flag=True, help="Only check: create nothing, exit 3 if rules lack.")
+def s3_notifications(
+    bucket: str,
+    queue: str,
+    region: str,
+    endpoint_url: str | None,
+    sqs_endpoint_url: str | None,
+    queue_policy: bool,
+    verify: bool,
+) -> None:
+    """Create (or reconcile) the SQS projection queue and its dead-letter queue (redrive after 8
+    receives), allow the bucket to send to it, and install the two rules that send
+    s3:ObjectCreated events of meta segments and value packs (prefix evidence/v1/, suffix
+    .bamlmeta.zst or .bamlpack.zst) to it. Prints the queue URLs, ARN and any missing rule as
+    JSON. Credentials come from boto3's default chain (AWS_* variables, profiles, roles).
+
+    Example: baml-studio setup s3-notifications --endpoint-url http://127.0.0.1:4566
+    --bucket evidence --queue baml-projection
+    """
+    from baml_studio.gateway import service
+    from baml_studio.objectstore.config import S3Config
+    from baml_studio.objectstore.errors import InvalidArgument
+    from baml_studio.objectstore.notifications import NotificationSetupError
+    from baml_studio.objectstore.s3 import make_client
+    from baml_studio.queue.config import SqsQueueConfig
+
+    try:
+        s3_config = S3Config(bucket=bucket, region=region, endpoint_url=endpoint_url)
+        queue_config = SqsQueueConfig(
+            name=queue, region=region, endpoint_url=sqs_endpoint_url or endpoint_url
+        )
+    except (ValueError, InvalidArgument) as exc:
+        raise click.BadParameter(str(exc)) from exc
+    s3_client = make_client(s3_config, endpoint_url)
+    sqs_client = service.make_sqs_client(s3_config, queue_config)
+    try:
+        if verify:
+            status = service.verify_s3_notifications(s3_client, sqs_client, bucket, queue_config)
+        else:
+            status = service.setup_s3_notifications(
+                s3_client, sqs_client, bucket, queue_config, queue_policy=queue_policy
+            )
+    except NotificationSetupError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(EXIT_UNAVAILABLE if exc.transient else EXIT_REFUSED) from exc
+    report: dict[str, Any] = {
+        "bucket": status.bucket,
+        "queue_url": status.queue_url,
+        "dead_letter_url": status.dead_letter_url,
+        "queue_arn": status.queue_arn,
+        "missing_rules": list(status.missing),
+    }
+    click.echo(json.dumps(report, indent=2))
+    if status.missing:
+        raise SystemExit(EXIT_RULES_MISSING)

@@ -3,14 +3,27 @@
 Layout under ``DIR`` (embedded defaults; created on first use)::
 
     dataplane.json                 optional: {"public_base_url", "bucket", "limits": {...},
-                                   "gateway": {...}, "s3": {...}} — S3 replaces the directory
-                                   bucket (S3 then notifies its own queue)
+                                   "gateway": {...}, "s3": {...}, "sqs": {...},
+                                   "s3_notifications": "verify" | "configure" | "off"}
+                                   — S3 replaces the directory bucket and notifies the SQS
+                                   queue ``sqs`` names (see "S3 wiring" below)
     environments.json              provisioned environments (tokens mint adds to it)
     keys/publisher-keys.json       the local stand-in for the control plane's token keys (0600)
     keys/presign.key               HMAC secret of the directory bucket's presigned URLs (0600)
     buckets/<bucket>/              the directory bucket
     queue/projection.sqlite3       the SQLite projection queue; the directory bucket sends the S3
                                    event JSON of every meta segment and value pack to it
+
+S3 wiring: with ``s3`` and ``sqs`` set, S3 itself must send the event of every meta segment and
+value pack to the SQS projection queue, through the two rules of
+:data:`~baml_studio.objectstore.notifications.NOTIFICATION_RULES`. At start the data plane
+verifies them (``"verify"``, the default: missing rules are logged and reported in
+:attr:`Dataplane.notifications`; uploads still work) or installs them (``"configure"``, also
+``serve dataplane --setup-s3``: :func:`setup_s3_notifications` ensures the queue and its
+dead-letter queue, lets the bucket send to the queue, and puts the rules). The SQS client uses
+the S3 credentials. On AWS the queue policy must allow ``sqs:SendMessage`` from
+``s3.amazonaws.com`` for this bucket before S3 accepts the rules (S3 sends an
+``s3:TestEvent`` to check); :func:`setup_s3_notifications` sets it unless told not to.
 """
 
 from __future__ import annotations
@@ -19,9 +32,10 @@ import json
 import logging
 import os
 import secrets
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 from baml_studio.gateway.app import AsgiApp, create_app
 from baml_studio.gateway.authorize import Gateway
@@ -31,9 +45,9 @@ from baml_studio.gateway.tokens import KeyRingFile, PublisherTokenVerifier
 from baml_studio.objectstore import open_object_store
 from baml_studio.objectstore.config import DirectoryBucketConfig, S3Config
 from baml_studio.objectstore.directory import DirectoryBucket
-from baml_studio.objectstore.notifications import NotifyingSink
+from baml_studio.objectstore.notifications import NotificationSetupError, NotifyingSink
 from baml_studio.objectstore.port import ObjectInfo, ObjectStore
-from baml_studio.queue.config import SqliteQueueConfig
+from baml_studio.queue.config import QueueSettings, SqliteQueueConfig, SqsQueueConfig
 from baml_studio.queue.errors import QueueError
 from baml_studio.queue.port import QueueSender
 from baml_studio.queue.sqlite import SqliteQueue
@@ -42,6 +56,12 @@ log = logging.getLogger(__name__)
 
 DEFAULT_BUCKET = "evidence"
 SECRET_BYTES = 32
+NotificationMode = Literal["verify", "configure", "off"]
+NOTIFICATION_MODES: tuple[NotificationMode, ...] = ("verify", "configure", "off")
+"""``s3_notifications`` in ``dataplane.json``: check the rules at start, install them, or skip."""
+_SETTINGS = frozenset(
+    {"public_base_url", "bucket", "limits", "gateway", "s3", "sqs", "s3_notifications"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +83,20 @@ class DataplaneConfig:
     s3: S3Config | None = None
     """When set, S3 replaces the directory bucket and no local queue is fed."""
 
+    sqs: SqsQueueConfig | None = None
+    """With ``s3``: the SQS projection queue the bucket's notification rules target."""
+
+    s3_notifications: NotificationMode = "verify"
+    """With ``s3`` and ``sqs``: verify the two rules at start, install them, or skip."""
+
+    def __post_init__(self) -> None:
+        if self.s3_notifications not in NOTIFICATION_MODES:
+            raise ValueError(
+                f"s3_notifications={self.s3_notifications!r}; use one of {NOTIFICATION_MODES}"
+            )
+        if self.sqs is not None and self.s3 is None:
+            raise ValueError("sqs needs s3: the directory bucket feeds its own SQLite queue")
+
     @property
     def keys_path(self) -> Path:
         return self.data_dir / "keys" / "publisher-keys.json"
@@ -76,23 +110,39 @@ class DataplaneConfig:
         return SqliteQueueConfig(path=self.data_dir / "queue" / "projection.sqlite3")
 
 
-def load_dataplane_config(data_dir: Path, *, host: str, port: int) -> DataplaneConfig:
-    """The configuration in ``DIR/dataplane.json`` (all optional) over the embedded defaults."""
+def load_dataplane_config(
+    data_dir: Path, *, host: str, port: int, setup_s3: bool = False
+) -> DataplaneConfig:
+    """The configuration in ``DIR/dataplane.json`` (all optional) over the embedded defaults;
+    ``setup_s3`` forces ``s3_notifications: "configure"``."""
     path = data_dir / "dataplane.json"
     raw: dict[str, Any] = json.loads(path.read_text("utf-8")) if path.exists() else {}
-    unknown = sorted(set(raw) - {"public_base_url", "bucket", "limits", "gateway", "s3"})
+    unknown = sorted(set(raw) - _SETTINGS)
     if unknown:
         raise ValueError(f"{path}: unknown settings {unknown}")
     limits = PublisherLimits.from_dict(raw.get("limits", {}))
     gateway = GatewayConfig(limits=limits, **raw.get("gateway", {}))
     s3 = S3Config(**raw["s3"]) if "s3" in raw else None
+    sqs = _sqs_config(raw["sqs"]) if "sqs" in raw else None
+    if setup_s3 and (s3 is None or sqs is None):
+        raise ValueError('--setup-s3 needs both "s3" and "sqs" in dataplane.json')
+    mode = cast(
+        NotificationMode, "configure" if setup_s3 else raw.get("s3_notifications", "verify")
+    )
     return DataplaneConfig(
         data_dir=data_dir,
         public_base_url=raw.get("public_base_url", f"http://{host}:{port}"),
         gateway=gateway,
         bucket=raw.get("bucket", DEFAULT_BUCKET),
         s3=s3,
+        sqs=sqs,
+        s3_notifications=mode,
     )
+
+
+def _sqs_config(raw: Mapping[str, Any]) -> SqsQueueConfig:
+    settings = QueueSettings(**raw.get("settings", {}))
+    return SqsQueueConfig(**{**raw, "settings": settings})
 
 
 def read_or_create_secret(path: Path) -> bytes:
@@ -145,6 +195,8 @@ class Dataplane:
     queue: SqliteQueue | None
     keys: KeyRingFile
     environments: EnvironmentsFile
+    notifications: NotificationStatus | None = None
+    """With S3 + SQS: the projection queue and which notification rules are missing."""
 
     def close(self) -> None:
         if self.queue is not None:
@@ -160,8 +212,10 @@ def open_dataplane(config: DataplaneConfig) -> Dataplane:
     queue: SqliteQueue | None = None
     bucket: DirectoryBucket | None = None
     store: ObjectStore
+    notifications: NotificationStatus | None = None
     if config.s3 is not None:
         store = open_object_store(config.s3)  # boto3 is imported only here
+        notifications = wire_s3_notifications(config, store)
     else:
         queue = SqliteQueue.open(config.queue_config)
         bucket = DirectoryBucket(
@@ -175,4 +229,150 @@ def open_dataplane(config: DataplaneConfig) -> Dataplane:
         )
         store = bucket
     gateway = Gateway(store, verifier, environments, config.gateway)
-    return Dataplane(create_app(gateway, bucket=bucket), gateway, store, queue, keys, environments)
+    app = create_app(gateway, bucket=bucket)
+    return Dataplane(app, gateway, store, queue, keys, environments, notifications)
+
+
+# --- S3 wiring: the bucket's notification rules and the SQS projection queue -----------------
+
+
+@dataclass(frozen=True, slots=True)
+class NotificationStatus:
+    """What the S3 wiring found (or set): the projection queue and any missing rules."""
+
+    bucket: str
+    queue_url: str
+    dead_letter_url: str | None
+    queue_arn: str
+    missing: tuple[str, ...]
+    """Ids of the rules of ``NOTIFICATION_RULES`` with no equivalent rule on the bucket."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.missing
+
+
+def wire_s3_notifications(config: DataplaneConfig, store: ObjectStore) -> NotificationStatus | None:
+    """Verify or install the rules as ``config.s3_notifications`` says; log what is missing."""
+    if config.s3 is None or config.s3_notifications == "off":
+        return None
+    if config.sqs is None:
+        log.warning('S3 without an "sqs" queue: no projection notifications are checked')
+        return None
+    s3_client = getattr(store, "client", None)
+    if s3_client is None:
+        raise TypeError(f"{type(store).__name__} has no boto3 client to configure")
+    sqs_client = make_sqs_client(config.s3, config.sqs)
+    bucket = config.s3.bucket
+    if config.s3_notifications == "configure":
+        status = setup_s3_notifications(s3_client, sqs_client, bucket, config.sqs)
+    else:
+        status = verify_s3_notifications(s3_client, sqs_client, bucket, config.sqs)
+    if status.missing:
+        log.error(
+            "bucket=%s lacks notification rules %s for queue=%s; the projector will not see "
+            "those uploads. Run `baml-studio setup s3-notifications` or serve with --setup-s3",
+            bucket,
+            list(status.missing),
+            config.sqs.name,
+        )
+    else:
+        log.info("bucket=%s notifies queue=%s", bucket, config.sqs.name)
+    return status
+
+
+def make_sqs_client(s3: S3Config, sqs: SqsQueueConfig) -> Any:
+    """An SQS client for ``sqs`` with the S3 configuration's credentials (``Any``: boto3)."""
+    from baml_studio.queue.sqs import make_client
+
+    credentials = (
+        {"aws_access_key_id": s3.access_key_id, "aws_secret_access_key": s3.secret_access_key}
+        if s3.access_key_id is not None and s3.secret_access_key is not None
+        else None
+    )
+    return make_client(sqs.region, sqs.endpoint_url, credentials)
+
+
+def setup_s3_notifications(
+    s3_client: Any,
+    sqs_client: Any,
+    bucket: str,
+    queue: SqsQueueConfig,
+    *,
+    queue_policy: bool = True,
+) -> NotificationStatus:
+    """Ensure the queue and its dead-letter queue (redrive after
+    ``queue.settings.max_receive_count`` receives), let ``bucket`` send to the queue when
+    ``queue_policy`` (this replaces the queue's policy; AWS needs it before it saves the rules),
+    install the two rules, then verify them. Safe to run again."""
+    from baml_studio.objectstore.s3_notifications import allow_bucket_to_send, configure
+    from baml_studio.queue.sqs import ensure_queues
+
+    url, dlq_url, arn = _queue_step(
+        queue.name, ensure_queues, sqs_client, queue.name, queue.settings
+    )
+    if queue_policy:
+        allow_bucket_to_send(sqs_client, url, arn, bucket)
+    configure(s3_client, bucket, arn)
+    missing = missing_notification_rules(s3_client, bucket, arn)
+    return NotificationStatus(bucket, url, dlq_url, arn, missing)
+
+
+def verify_s3_notifications(
+    s3_client: Any, sqs_client: Any, bucket: str, queue: SqsQueueConfig
+) -> NotificationStatus:
+    """Look the queue up (never create it) and report which of the two rules are missing."""
+    from baml_studio.queue.sqs import find_dead_letter_url, wrap_botocore_error
+
+    def lookup() -> tuple[str, str, str | None]:
+        try:
+            url = str(sqs_client.get_queue_url(QueueName=queue.name)["QueueUrl"])
+            attributes = sqs_client.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])
+        except _aws_errors() as exc:
+            raise wrap_botocore_error(exc, queue.name) from exc
+        return url, str(attributes["Attributes"]["QueueArn"]), find_dead_letter_url(sqs_client, url)
+
+    url, arn, dlq_url = _queue_step(queue.name, lookup)
+    missing = missing_notification_rules(s3_client, bucket, arn)
+    return NotificationStatus(bucket, url, dlq_url, arn, missing)
+
+
+def missing_notification_rules(s3_client: Any, bucket: str, queue_arn: str) -> tuple[str, ...]:
+    """Ids of our two rules that ``bucket`` lacks for ``queue_arn``, matched by content (queue,
+    ``s3:ObjectCreated:*``, prefix and suffix), not by id. Empty when both are in place."""
+    from baml_studio.objectstore.s3_notifications import notification_rules
+
+    try:
+        current = s3_client.get_bucket_notification_configuration(Bucket=bucket)
+    except _aws_errors() as exc:
+        status = int(
+            getattr(exc, "response", {}).get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0
+        )
+        raise NotificationSetupError(
+            f"reading the notification rules of bucket {bucket!r}: {exc}",
+            transient=status == 0 or status >= 500,  # 0: no answer at all
+        ) from exc
+    present = {_rule_shape(rule) for rule in current.get("QueueConfigurations", [])}
+    wanted = notification_rules(queue_arn)
+    return tuple(str(rule["Id"]) for rule in wanted if _rule_shape(rule) not in present)
+
+
+def _rule_shape(rule: Mapping[str, Any]) -> tuple[str, frozenset[str], frozenset[tuple[str, str]]]:
+    filters = rule.get("Filter", {}).get("Key", {}).get("FilterRules", [])
+    pairs = frozenset((str(f.get("Name", "")).lower(), str(f.get("Value", ""))) for f in filters)
+    return str(rule.get("QueueArn", "")), frozenset(rule.get("Events", [])), pairs
+
+
+def _queue_step(name: str, operation: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return operation(*args)
+    except QueueError as exc:
+        raise NotificationSetupError(
+            f"projection queue {name!r}: {exc}", transient=exc.transient
+        ) from exc
+
+
+def _aws_errors() -> tuple[type[Exception], ...]:
+    import botocore.exceptions  # type: ignore[import-untyped]  # reason: botocore ships no types
+
+    return (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError)
