@@ -16,6 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
+# the real-gateway rig lives in the tests
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "publisher"))
 
 from publisher_real_gateway import real_gateway

@@ -1,7 +1,7 @@
 """The publisher: ships the local store's closed files to the customer's bucket via the gateway.
 
 Modules: ``config`` (gateway config and local settings), ``errors`` (exception tree), ``pack``
-(the ``BAMLPCK1`` value pack format), ``state`` (cursor, markers, in-flight journal),
+(the ``BAMLPCK1`` value pack format), ``state`` (cursors, shipped ledger, in-flight journal),
 ``collect`` (what a flush ships), ``client`` (HTTP adapter), ``flush`` (one flush),
 ``retention`` (local expiry and disk pressure) and ``publisher`` (the background thread)::
 

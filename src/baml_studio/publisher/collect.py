@@ -5,7 +5,7 @@ names it, so every value a collected segment references is either collected too 
 earlier. Per stream and plane, sequences above the cursor are taken in order: a segment whose
 header version is not supported is reported and skipped (the cursor passes it); a missing or
 checksum-failing segment blocks the plane for ``corrupt_block_seconds`` from the first time it
-is seen, then it is reported and skipped. CAS files without a ``.shipped`` marker become: codec
+is seen, then it is reported and skipped. CAS files not in the shipped ledger become: codec
 2 → ``table``; codec 1 with a body at or above ``large_value_threshold_bytes`` → ``value``;
 smaller codec-1 values → packs of at most ``pack_max_entry_bytes`` original bytes. Packs still
 listed in the in-flight journal are rebuilt with the same flush id and members, so a retried
@@ -27,7 +27,7 @@ from baml_studio.format.cas import CAS_MAGIC, CODEC_FUNCTION_TABLE, CODEC_VALUE
 from baml_studio.format.ids import value_cid_wire
 from baml_studio.publisher.config import PublisherConfig
 from baml_studio.publisher.pack import MAX_PACK_ENTRIES, compress, pack_body
-from baml_studio.publisher.state import SHIPPED_SUFFIX, Cursor, JournalPack, PublishState, new_ulid
+from baml_studio.publisher.state import Cursor, JournalPack, PublishState, new_ulid
 from baml_studio.store.layout import Plane, StoreLayout, parse_cas_file_name, parse_stream_dir_name
 from baml_studio.store.segments import plane_sequences
 
@@ -234,7 +234,7 @@ def _segment_problem(raw: bytes, plane: Plane, config: PublisherConfig) -> str |
 
 def _collect_cas(state: PublishState, config: PublisherConfig, level: int, plan: FlushPlan) -> None:
     small: dict[bytes, bytes] = {}
-    for cid, path in _unshipped_cas(state.layout):
+    for cid, path in _unshipped_cas(state):
         try:
             raw = path.read_bytes()
         except FileNotFoundError:
@@ -276,7 +276,8 @@ def _cas_problem(raw: bytes, cid: bytes, config: PublisherConfig) -> str | None:
     return None
 
 
-def _unshipped_cas(layout: StoreLayout) -> list[tuple[bytes, Path]]:
+def _unshipped_cas(state: PublishState) -> list[tuple[bytes, Path]]:
+    layout, shipped = state.layout, state.shipped()
     found: list[tuple[bytes, Path]] = []
     try:
         prefixes = sorted(os.listdir(layout.cas_dir))
@@ -285,20 +286,20 @@ def _unshipped_cas(layout: StoreLayout) -> list[tuple[bytes, Path]]:
     for prefix in prefixes:
         directory = layout.cas_dir / prefix
         try:
-            names = set(os.listdir(directory))
+            names = os.listdir(directory)
         except (NotADirectoryError, FileNotFoundError):
             continue
         for name in sorted(names):
             cid = parse_cas_file_name(name)
-            if cid is not None and name + SHIPPED_SUFFIX not in names:
+            if cid is not None and cid not in shipped:
                 found.append((cid, directory / name))
     return found
 
 
-def unshipped_value_bytes(root: Path) -> int:
-    """Total size of CAS files without a marker (the early-flush trigger)."""
+def unshipped_value_bytes(root: Path, state: PublishState | None = None) -> int:
+    """Total size of CAS files not in the shipped ledger (the early-flush trigger)."""
     total = 0
-    for _, path in _unshipped_cas(StoreLayout(Path(root))):
+    for _, path in _unshipped_cas(state or PublishState(root)):
         try:
             total += path.stat().st_size
         except FileNotFoundError:

@@ -1,22 +1,32 @@
 """One flush: authorize every object, PUT in the ordering guarantee's order, then advance state.
 
-Order of PUTs: function tables, large values and packs; then each stream's data segments in
-sequence order; then each stream's meta segments in sequence order. A failed PUT is retried
+Order of PUTs: function tables, large values and packs (phase 1, up to ``workers`` at once);
+every phase-1 PUT has finished before any segment is sent. Then the data segments, one task per
+stream and the streams concurrently, each stream's in sequence order (a PUT starts only after
+the previous one of its stream finished); every data task has finished before any meta segment
+is sent; then the meta segments the same way, for streams whose data all stored. So the global
+order of the three phases is kept and, per stream, sequences never overtake each other. A
+failure stops every task at its next object (PUTs already running finish); the flush then raises
+the first failure in plan order, after all tasks have stopped. A failed PUT is retried
 (re-authorizing first: ``stored`` means the earlier PUT landed, ``upload_required`` means PUT
 again); after ``put_attempts`` the flush raises and nothing later in the order is sent. A 412
 means the object exists: re-authorize and expect ``stored``. ``conflict`` on a value or table
 counts as stored; on a pack it stops the flush before any segment (the pack is dropped from the
 journal so the next flush builds a new one under a new flush id); on a segment it is reported,
 never overwritten, and its plane stops there (a data conflict also holds back the stream's meta).
-Only after the meta segments are stored: cursors advance, shipped values and tables get their
-markers, the journal forgets shipped packs, and (if configured) shipped segments are deleted.
+Only after the meta segments are stored: cursors advance, shipped values and tables (and pack
+members) are appended to the shipped ledger with one fsync, the journal forgets shipped packs,
+and (if configured) shipped segments are deleted.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 
 from baml_studio.publisher.client import Authorized, GatewayPort, PutOutcome
 from baml_studio.publisher.collect import FlushPlan, Kind, Outgoing, Problem, StreamBatch
@@ -31,7 +41,7 @@ class FlushReport:
     flush_id: str
     complete: bool = False
     uploaded: list[str] = field(default_factory=list)
-    """Keys PUT by this flush, in PUT order."""
+    """Keys PUT by this flush, in completion order (phase 1 and the streams run concurrently)."""
     stored: list[str] = field(default_factory=list)
     """Keys the gateway already had (``stored``, or ``conflict`` on a value or table)."""
     conflicts: list[str] = field(default_factory=list)
@@ -55,6 +65,10 @@ class _Stop(Exception):
     """A pack conflict: nothing after the first phase may be sent."""
 
 
+PUT_WORKERS = 8
+"""Concurrent PUTs of one flush (phase-1 objects, or streams in phase 2)."""
+
+
 def run_flush(
     plan: FlushPlan,
     gateway: GatewayPort,
@@ -65,6 +79,8 @@ def run_flush(
     retry_delay: float = 0.2,
     release_segments: bool = False,
     sleep: Callable[[float], None] = time.sleep,
+    workers: int = PUT_WORKERS,
+    clock: Callable[[], float] = time.time,
 ) -> FlushReport:
     """Ship ``plan``. Raises GatewayError or UploadFailed when the flush must be retried."""
     report = FlushReport(plan.flush_id, problems=list(plan.problems))
@@ -77,29 +93,50 @@ def run_flush(
             target.answer = answer
     shipper = _Shipper(gateway, report, put_attempts, retry_delay, sleep)
     first = [t for t in targets if t.obj.kind in (Kind.TABLE, Kind.VALUE, Kind.PACK)]
-    try:
-        for target in first:
-            shipper.ship(target)
-    except _Stop:
-        state.write_journal([JournalPack(p.flush_id or "", p.members) for p in plan.packs
-                             if not any(t.obj is p and t.answer and t.answer.state == "conflict"
-                                        for t in first)])  # fmt: skip
-        return report
     by_obj = {id(t.obj): t for t in targets}
-    shipped: dict[tuple[bytes, Plane], set[int]] = {}
-    data_ok = {
-        batch.euid: _ship_plane(
-            shipper, by_obj, batch.data, shipped.setdefault((batch.euid, Plane.DATA), set())
-        )
-        for batch in plan.streams
-    }
-    for batch in plan.streams:
-        if data_ok[batch.euid]:
-            meta = shipped.setdefault((batch.euid, Plane.META), set())
-            _ship_plane(shipper, by_obj, batch.meta, meta)
-    _finish(plan, state, shipped, report, release_segments)
+    shipped = {(b.euid, plane): set[int]() for b in plan.streams for plane in Plane}
+    with ThreadPoolExecutor(max(1, workers), thread_name_prefix="baml-put") as pool:
+        tasks = _Tasks(pool)
+        try:
+            tasks.run([partial(shipper.ship, t) for t in first])
+        except _Stop:
+            state.write_journal([JournalPack(p.flush_id or "", p.members) for p in plan.packs
+                                 if not any(t.obj is p and t.answer and t.answer.state == "conflict"
+                                            for t in first)])  # fmt: skip
+            return report
+        data_ok: dict[bytes, bool] = {}
+        tasks.run([partial(_ship_plane, shipper, by_obj, b.data, shipped[(b.euid, Plane.DATA)],
+                           tasks.halted, data_ok, b.euid) for b in plan.streams])  # fmt: skip
+        tasks.run([partial(_ship_plane, shipper, by_obj, b.meta, shipped[(b.euid, Plane.META)],
+                           tasks.halted) for b in plan.streams if data_ok.get(b.euid)])  # fmt: skip
+    _finish(plan, state, shipped, report, release_segments, clock())
     report.complete = not report.conflicts and not any(not p.skipped for p in report.problems)
     return report
+
+
+class _Tasks:
+    """Runs callables on the pool; the first failure halts the ones not yet started."""
+
+    def __init__(self, pool: ThreadPoolExecutor) -> None:
+        self._pool = pool
+        self.halted = threading.Event()
+
+    def run(self, calls: Sequence[Callable[[], object]]) -> None:
+        """Wait for every call, then raise the first failure in ``calls`` order."""
+        futures = [self._pool.submit(self._guarded, call) for call in calls]
+        errors = [f.exception() for f in futures]
+        first = next((e for e in errors if e is not None), None)
+        if first is not None:
+            raise first
+
+    def _guarded(self, call: Callable[[], object]) -> None:
+        if self.halted.is_set():
+            return
+        try:
+            call()
+        except BaseException:
+            self.halted.set()
+            raise
 
 
 def _targets(plan: FlushPlan) -> list[_Target]:
@@ -135,6 +172,8 @@ class _Shipper:
         self._attempts = max(1, attempts)
         self._delay = delay
         self._sleep = sleep
+        self._lock = threading.Lock()
+        """Guards the report: several PUT threads update it."""
 
     def ship(self, target: _Target) -> bool:
         """True once the object is in the bucket; False on a segment conflict."""
@@ -143,7 +182,8 @@ class _Shipper:
             if answer is None:
                 raise GatewayProtocolError("object was never authorized")
             if answer.state == "stored":
-                self._report.stored.append(answer.key)
+                with self._lock:
+                    self._report.stored.append(answer.key)
                 return True
             if answer.state == "conflict":
                 return self._conflict(target, answer)
@@ -159,8 +199,9 @@ class _Shipper:
                 self._sleep(self._delay * (2**attempt))
             else:
                 if outcome is PutOutcome.CREATED:
-                    self._report.uploaded.append(answer.key)
-                    self._report.compressed_bytes += len(target.obj.body)
+                    with self._lock:
+                        self._report.uploaded.append(answer.key)
+                        self._report.compressed_bytes += len(target.obj.body)
                     return True
             target.answer = self._reauthorize(target)
         raise UploadFailed(
@@ -174,24 +215,37 @@ class _Shipper:
         ]
 
     def _conflict(self, target: _Target, answer: Authorized) -> bool:
-        if target.obj.kind in (Kind.VALUE, Kind.TABLE):
-            self._report.stored.append(answer.key)
-            return True
-        self._report.conflicts.append(answer.key)
+        with self._lock:
+            if target.obj.kind in (Kind.VALUE, Kind.TABLE):
+                self._report.stored.append(answer.key)
+                return True
+            self._report.conflicts.append(answer.key)
         if target.obj.kind is Kind.PACK:
             raise _Stop
         return False
 
 
 def _ship_plane(
-    shipper: _Shipper, by_obj: dict[int, _Target], objects: list[Outgoing], shipped: set[int]
+    shipper: _Shipper,
+    by_obj: dict[int, _Target],
+    objects: list[Outgoing],
+    shipped: set[int],
+    halted: threading.Event,
+    results: dict[bytes, bool] | None = None,
+    euid: bytes = b"",
 ) -> bool:
+    """Ship ``objects`` in order; False at the first conflict (or halt). The outcome also goes
+    to ``results[euid]`` when given (one writer per key: the stream's own task)."""
+    ok = True
     for obj in objects:
-        if not shipper.ship(by_obj[id(obj)]):
-            return False
+        if halted.is_set() or not shipper.ship(by_obj[id(obj)]):
+            ok = False
+            break
         if obj.sequence is not None:
             shipped.add(obj.sequence)
-    return True
+    if results is not None:
+        results[euid] = ok
+    return ok
 
 
 def _advance(start: int, done: set[int]) -> int:
@@ -207,6 +261,7 @@ def _finish(
     shipped: dict[tuple[bytes, Plane], set[int]],
     report: FlushReport,
     release_segments: bool,
+    now: float,
 ) -> None:
     for batch in plan.streams:
         cursor = _new_cursor(batch, shipped)
@@ -217,7 +272,7 @@ def _finish(
         report.cursors[batch.euid.hex()] = cursor
     cids = [o.cid for o in plan.cas if o.cid is not None]
     cids += [c for pack in plan.packs for c in pack.members]
-    state.mark_shipped(cids)
+    state.mark_shipped(cids, now=now)
     state.clear_journal()
 
 

@@ -117,7 +117,7 @@ class Publisher:
             report = run_flush(
                 plan, self._client, self._state, max_objects=config.max_objects_per_authorize,
                 put_attempts=self.settings.put_attempts,
-                release_segments=self.settings.release_shipped_segments,
+                release_segments=self.settings.release_shipped_segments, clock=self._clock,
             )  # fmt: skip
             self.last_report = report
             return report
@@ -128,7 +128,7 @@ class Publisher:
             return None
         return apply_retention(
             self._root, retention_seconds=self._config.shipped_value_retention_seconds,
-            now=self._clock(), budget_bytes=self.settings.disk_budget_bytes,
+            now=self._clock(), budget_bytes=self.settings.disk_budget_bytes, state=self._state,
         )  # fmt: skip
 
     def try_flush(self) -> FlushReport | None:
@@ -198,7 +198,7 @@ class Publisher:
     def _over_pack_limit(self) -> bool:
         if self._config is None:
             return False
-        return unshipped_value_bytes(self._root) > self._config.pack_max_entry_bytes
+        return unshipped_value_bytes(self._root, self._state) > self._config.pack_max_entry_bytes
 
     def wake(self) -> None:
         """Ask the thread to check for work now (e.g. after the profiler closed many files)."""

@@ -1,11 +1,11 @@
 """Local retention: expire shipped values, and free shipped files first under disk pressure.
 
-- A value or table whose ``.shipped`` marker is older than ``shipped_value_retention_seconds``
-  is removed, file first, then its marker (a crash in between leaves a marker alone, which
-  :func:`apply_retention` also removes).
+- A value or table whose shipped-ledger time is ``shipped_value_retention_seconds`` or more
+  before ``now`` is removed, file first, then its ledger entry (a crash in between leaves an
+  entry without a file, which :func:`apply_retention` also drops).
 - Under disk pressure (physical usage above ``budget_bytes``) shipped files are removed oldest
   first: shipped segments (at or below their plane cursor) by modification time, then the
-  remaining shipped values and tables by marker age. Unshipped files are never removed here:
+  remaining shipped values and tables by ledger time. Unshipped files are never removed here:
   the profiler stops recording at its own budget instead, so the oldest unshipped segments are
   never dropped before shipped ones (they are never dropped at all).
 - Every removal happens under ``publish.lock``, and the ``usage.state`` ledger is rebuilt from a
@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from baml_studio.publisher.state import SHIPPED_SUFFIX, PublishState
+from baml_studio.publisher.state import PublishState
 from baml_studio.store.fsops import OsFileSystem
 from baml_studio.store.layout import Plane, StoreLayout, parse_stream_dir_name
 from baml_studio.store.locks import FileLock
@@ -53,29 +53,10 @@ def delete_files(layout: StoreLayout, paths: Iterable[Path]) -> int:
     return freed
 
 
-def _shipped_values(layout: StoreLayout) -> list[tuple[float, Path, Path]]:
-    """``(marker mtime, value path, marker path)`` of every marked value, oldest first."""
-    found: list[tuple[float, Path, Path]] = []
-    try:
-        prefixes = os.listdir(layout.cas_dir)
-    except FileNotFoundError:
-        return found
-    for prefix in prefixes:
-        directory = layout.cas_dir / prefix
-        try:
-            names = os.listdir(directory)
-        except (NotADirectoryError, FileNotFoundError):
-            continue
-        for name in names:
-            if name.endswith(SHIPPED_SUFFIX):
-                marker = directory / name
-                try:
-                    found.append(
-                        (marker.stat().st_mtime, directory / name[: -len(SHIPPED_SUFFIX)], marker)
-                    )
-                except FileNotFoundError:
-                    continue
-    return sorted(found)
+def _shipped_values(state: PublishState) -> list[tuple[int, bytes, Path]]:
+    """``(shipped_at, cid, value path)`` of every ledger entry, oldest first."""
+    layout = state.layout
+    return sorted((at, cid, layout.cas_path(cid)) for cid, at in state.shipped().items())
 
 
 def _shipped_segments(state: PublishState) -> list[tuple[float, Path]]:
@@ -99,33 +80,43 @@ def _shipped_segments(state: PublishState) -> list[tuple[float, Path]]:
 
 
 def apply_retention(
-    root: Path, *, retention_seconds: float, now: float, budget_bytes: int | None = None
+    root: Path,
+    *,
+    retention_seconds: float,
+    now: float,
+    budget_bytes: int | None = None,
+    state: PublishState | None = None,
 ) -> RetentionReport:
-    """One retention pass over the store at ``root``."""
-    state = PublishState(root)
+    """One retention pass over the store at ``root``; never removes an unshipped file."""
+    state = state or PublishState(root)
     layout = state.layout
     report = RetentionReport()
     remove: list[Path] = []
-    values = _shipped_values(layout)
-    keep: list[tuple[float, Path, Path]] = []
-    for marked_at, value, marker in values:
-        if now - marked_at >= retention_seconds or not value.exists():
-            remove += [value, marker]
+    forget: list[bytes] = []
+    keep: list[tuple[bytes, Path]] = []
+    for shipped_at, cid, value in _shipped_values(state):
+        if now - shipped_at >= retention_seconds or not value.exists():
+            remove.append(value)
+            forget.append(cid)
             report.expired_values += 1
         else:
-            keep.append((marked_at, value, marker))
+            keep.append((cid, value))
     if budget_bytes is not None:
         usage = scan_physical_usage(layout) - _sizes(remove)
-        candidates = [[p] for _, p in _shipped_segments(state)] + [[v, m] for _, v, m in keep]
-        for group in candidates:
+        segments = [(None, p) for _, p in _shipped_segments(state)]
+        candidates: list[tuple[bytes | None, Path]] = [*segments, *keep]
+        for owner, path in candidates:
             if usage <= budget_bytes:
                 break
-            usage -= _sizes(group)
-            remove += group
+            usage -= _sizes([path])
+            remove.append(path)
+            if owner is not None:
+                forget.append(owner)
             report.pressure_removed += 1
     if remove:
         report.freed_bytes = delete_files(layout, remove)
         report.removed = remove
+    state.forget_shipped(forget)  # after the files: a crash between leaves entries, dropped later
     report.usage_bytes = scan_physical_usage(layout) if budget_bytes is not None else None
     return report
 
