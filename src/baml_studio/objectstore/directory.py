@@ -5,13 +5,21 @@ Layout under ``<root>/<bucket>/`` (see ``docs/formats.md``, "Directory bucket"):
     objects/<key>   the object's bytes, exactly as uploaded
     meta/<key>      JSON sidecar {"version_id", "size", "sha256", "etag"}
     tmp/            staging files (same filesystem, so renames are atomic)
-    bucket.lock     flock: exclusive while a put or delete commits, shared while head/get look
+    locks/NN.lock   flock per key stripe (``NN`` = first byte of the key's SHA-256, 64 stripes)
+    bucket.lock     flock: shared while puts commit and head/get look; exclusive for deletes and
+                    for the rare put that must clear leftovers in its path
 
-A put hashes the bytes, stages data and sidecar in ``tmp/`` with fsync, then under the exclusive
-lock checks that the key is free, renames the sidecar, renames the data (the commit point) and
-fsyncs both directories. An object exists iff ``objects/<key>`` is a regular file; its sidecar
-was always committed before it. Objects are create-only, so a key has one version at a time and
-``delete`` removes the file and its sidecar.
+A put hashes the bytes, stages data and sidecar in ``tmp/`` with fsync, then, holding the bucket
+lock shared and its key's stripe lock exclusively, checks that the key is free, renames the
+sidecar into place, hard-links the staged data to ``objects/<key>`` (the commit point; ``link``
+refuses an existing name, so create-only holds even against writers outside the port) and
+fsyncs both directories. Puts of different keys commit concurrently; two puts of one key are
+serialized by its stripe, and the second gets ``ObjectAlreadyExists``. A put that meets
+something unusual in its path (an orphan directory or sidecar, or a key nesting under another)
+retries under the exclusive bucket lock, where removing leftovers cannot race another put. An
+object exists iff ``objects/<key>`` is a regular file; its sidecar was always committed before
+it. Objects are create-only, so a key has one version at a time and ``delete`` removes the file
+and its sidecar.
 """
 
 from __future__ import annotations
@@ -54,6 +62,8 @@ from baml_studio.objectstore.presigned_http import HttpResponse, handle_presigne
 from baml_studio.store.locks import FileLock
 
 _DENIED = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+LOCK_STRIPES = 64
+"""Key stripes: puts of keys in different stripes never wait for each other."""
 STALE_STAGING_SECONDS = 3600
 """Staging files older than this (left by a crashed put) are removed when a bucket opens."""
 
@@ -93,10 +103,11 @@ class DirectoryBucket:
         self._meta = self._dir / "meta"
         self._tmp = self._dir / "tmp"
         self._lock_path = self._dir / "bucket.lock"
+        self._stripes = self._dir / "locks"
         self._signer = PresignSigner(config.signing_secret, config.presign_base_url, clock)
         self._on_created = on_created
         try:
-            for directory in (self._objects, self._meta, self._tmp):
+            for directory in (self._objects, self._meta, self._tmp, self._stripes):
                 directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise _io_error(exc, None) from exc
@@ -120,6 +131,18 @@ class DirectoryBucket:
         with lock:
             yield
 
+    @contextmanager
+    def _key_locked(self, key: str) -> Iterator[None]:
+        """The bucket lock shared, then the key's stripe lock exclusively."""
+        stripe = hashlib.sha256(key.encode("utf-8")).digest()[0] % LOCK_STRIPES
+        with self._locked(exclusive=False, key=key):
+            try:
+                lock = FileLock.acquire(self._stripes / f"{stripe:02d}.lock", exclusive=True)
+            except OSError as exc:
+                raise _io_error(exc, key) from exc
+            with lock:
+                yield
+
     def _object_path(self, key: str) -> Path:
         return self._objects.joinpath(*key.split("/"))
 
@@ -137,13 +160,17 @@ class DirectoryBucket:
         etag = hashlib.md5(data, usedforsecurity=False).hexdigest()
         info = ObjectInfo(key, len(data), sha256, new_version_id(), etag)
         sidecar = {"version_id": info.version_id, "size": info.size, "sha256": sha256, "etag": etag}
+        meta_bytes = json.dumps(sidecar).encode("utf-8")
         try:
             data_tmp = dirfs.stage(self._tmp, data)
             try:
-                meta_tmp = dirfs.stage(self._tmp, json.dumps(sidecar).encode("utf-8"))
+                meta_tmp = dirfs.stage(self._tmp, meta_bytes)
                 try:
-                    with self._locked(exclusive=True, key=key):
-                        self._commit(key, data_tmp, meta_tmp)
+                    with self._key_locked(key):
+                        done = self._commit_fast(key, data_tmp, meta_tmp)
+                    if not done:
+                        with self._locked(exclusive=True, key=key):
+                            self._commit(key, data_tmp, meta_tmp, meta_bytes)
                 finally:
                     dirfs.discard(meta_tmp)
             finally:
@@ -154,8 +181,43 @@ class DirectoryBucket:
             self._on_created(info)
         return info
 
-    def _commit(self, key: str, data_tmp: Path, meta_tmp: Path) -> None:
-        """Under the exclusive lock: refuse a taken key, then sidecar first, data last."""
+    def _commit_fast(self, key: str, data_tmp: Path, meta_tmp: Path) -> bool:
+        """Under the key's stripe lock: refuse a taken key, then sidecar first, data last.
+
+        Removes nothing; False (no object committed) when the path holds anything but free names
+        and directories, so the caller retries under the exclusive bucket lock."""
+        target = self._object_path(key)
+        found = dirfs.lstat_or_none(target)
+        if found is not None:
+            if stat.S_ISDIR(found.st_mode):
+                return False
+            raise ObjectAlreadyExists(key)
+        segments = key.split("/")
+        if not dirfs.make_dirs(self._objects, segments) or not dirfs.make_dirs(
+            self._meta, segments
+        ):
+            return False
+        meta_target = self._meta_path(key)
+        found_meta = dirfs.lstat_or_none(meta_target)
+        if found_meta is not None and not stat.S_ISREG(found_meta.st_mode):
+            return False
+        try:
+            os.rename(meta_tmp, meta_target)
+        except IsADirectoryError:
+            return False  # a key below this one made the name a directory meanwhile
+        dirfs.fsync_dir(meta_target.parent)
+        try:
+            os.link(data_tmp, target)
+        except FileExistsError:
+            if dirfs.is_regular(target):
+                raise ObjectAlreadyExists(key) from None
+            return False  # a key below this one made the name a directory meanwhile
+        dirfs.fsync_dir(target.parent)
+        return True
+
+    def _commit(self, key: str, data_tmp: Path, meta_tmp: Path, meta_bytes: bytes) -> None:
+        """Under the exclusive lock: refuse a taken key, clear leftovers, sidecar first, data
+        last. ``meta_tmp`` may already have been renamed away by a fast attempt."""
         target = self._object_path(key)
         found = dirfs.lstat_or_none(target)
         if found is not None and stat.S_ISDIR(found.st_mode):
@@ -180,9 +242,14 @@ class DirectoryBucket:
         meta_target = self._meta_path(key)
         if os.path.isdir(meta_target) and not os.path.islink(meta_target):
             dirfs.remove_tree(meta_target)  # sidecars of keys below with no object
-        os.rename(meta_tmp, meta_target)
+        if not dirfs.is_regular(meta_tmp):  # the fast attempt moved it; stage it again
+            meta_tmp = dirfs.stage(self._tmp, meta_bytes)
+        try:
+            os.rename(meta_tmp, meta_target)
+        finally:
+            dirfs.discard(meta_tmp)
         dirfs.fsync_dir(meta_target.parent)
-        os.rename(data_tmp, target)
+        os.link(data_tmp, target)
         dirfs.fsync_dir(target.parent)
 
     def head(self, key: str) -> ObjectInfo:

@@ -88,6 +88,26 @@ def make_parents(tree: Path, segments: list[str], *, replace_files: bool) -> Pat
     return None
 
 
+def make_dirs(tree: Path, segments: list[str]) -> bool:
+    """Create the directories ``tree/segments[0]/.../segments[-2]`` (fsyncing each new entry),
+    tolerating concurrent creators; False, removing nothing, if a non-directory is in the way."""
+    current = tree
+    for segment in segments[:-1]:
+        current = current / segment
+        found = lstat_or_none(current)
+        if found is None:
+            try:
+                os.mkdir(current, 0o755)
+            except FileExistsError:
+                found = lstat_or_none(current)
+            else:
+                fsync_dir(current.parent)
+                continue
+        if found is None or not stat.S_ISDIR(found.st_mode):
+            return False
+    return True
+
+
 def clear_orphan_dir(path: Path) -> bool:
     """Remove an empty directory at ``path``; False if it holds anything."""
     try:

@@ -54,12 +54,26 @@ class ProfilerConfig:
     wake_interval_s: float = 0.05
     """How often the consumer thread wakes to look for work."""
 
+    publish_gateway_url: str | None = None
+    """Data-plane gateway to ship the store to from a background publisher thread started with
+    the profiler (``BAML_PUBLISH_GATEWAY``); None (the default) ships nothing. Needs
+    ``publish_token``."""
+
+    publish_token: str | None = None
+    """Publisher token for ``publish_gateway_url`` (``BAML_PUBLISH_TOKEN``)."""
+
+    @property
+    def publishes(self) -> bool:
+        """True when both the gateway URL and the token are set."""
+        return bool(self.publish_gateway_url) and bool(self.publish_token)
+
     @classmethod
     def from_env(
         cls, env: Mapping[str, str] | None = None, *, project_dir: Path | None = None
     ) -> ProfilerConfig:
-        """Build a config from ``BAML_PROFILE``, ``BAML_PROFILE_DIR`` and
-        ``BAML_PROFILE_PUBLISH_INTERVAL_MS`` (a bad interval raises ``ValueError``).
+        """Build a config from ``BAML_PROFILE``, ``BAML_PROFILE_DIR``,
+        ``BAML_PROFILE_PUBLISH_INTERVAL_MS`` (a bad interval raises ``ValueError``),
+        ``BAML_PUBLISH_GATEWAY`` and ``BAML_PUBLISH_TOKEN``.
 
         The root comes from the resolver the readers share: ``BAML_PROFILE_DIR``, else
         ``<project>/.baml/profiles-v1``.
@@ -74,4 +88,6 @@ class ProfilerConfig:
             store_root=root,
             enabled=env.get("BAML_PROFILE", "1").strip() != "0",
             publish_interval_s=interval,
+            publish_gateway_url=env.get("BAML_PUBLISH_GATEWAY", "").strip() or None,
+            publish_token=env.get("BAML_PUBLISH_TOKEN", "").strip() or None,
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
 import sys
@@ -9,6 +10,7 @@ import threading
 import time
 import uuid
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from baml_studio.profiler.config import ProfilerConfig
 from baml_studio.profiler.consumer import Consumer
@@ -19,6 +21,11 @@ from baml_studio.store.config import DiskBudget
 from baml_studio.store.errors import StoreError
 from baml_studio.store.fsops import FileSystem
 from baml_studio.store.writer import StreamStore
+
+if TYPE_CHECKING:
+    from baml_studio.publisher import Publisher
+
+_log = logging.getLogger(__name__)
 
 
 def os_arch() -> str:
@@ -34,6 +41,11 @@ class Profiler:
     the profiler the decorators report to. ``flush()`` publishes everything recorded so far;
     ``close()`` flushes, ends still-running executions as ``Abandoned`` and releases the stream.
     With ``config.enabled`` false nothing is opened, created or recorded.
+
+    With ``config.publishes``, a :class:`~baml_studio.publisher.Publisher` thread ships the
+    same store while the profiler runs; ``close()`` completes the profiler's files first, then
+    closes the publisher (its final flush ships them). Publisher failures never reach the
+    application: they are logged and counted in ``publish_failures``.
     """
 
     def __init__(
@@ -62,6 +74,9 @@ class Profiler:
         self._flushed = 0
         self._stop = False
         self._thread: threading.Thread | None = None
+        self.publisher: Publisher | None = None
+        self.publish_failures = 0
+        """Failures starting, running or closing the publisher (each is also logged)."""
         if not self.enabled:
             return
         budget = None
@@ -83,6 +98,37 @@ class Profiler:
         )
         self._thread = threading.Thread(target=self._run, name="baml-profiler", daemon=True)
         self._thread.start()
+        if config.publishes and self._store is not None:
+            self._start_publisher()
+
+    def _start_publisher(self) -> None:
+        from baml_studio.publisher import Publisher
+
+        try:
+            self.publisher = Publisher(
+                self.config.store_root,
+                self.config.publish_gateway_url or "",
+                self.config.publish_token or "",
+            )
+            self.publisher.start()
+        except Exception:  # shipping is optional; the app and the local store go on
+            self.publish_failures += 1
+            self.publisher = None
+            _log.exception("baml profiler: could not start the publisher; files stay local")
+
+    def _close_publisher(self, timeout: float) -> None:
+        publisher, self.publisher = self.publisher, None
+        if publisher is None:
+            return
+        try:
+            publisher.close(timeout)
+        except Exception:
+            self.publish_failures += 1
+            _log.exception("baml profiler: the publisher's final flush failed; files stay local")
+            return
+        if publisher.last_error is not None:
+            self.publish_failures += 1
+            _log.warning("baml profiler: final flush did not ship: %s", publisher.last_error)
 
     @property
     def stats(self) -> ProfilerStats:
@@ -174,6 +220,7 @@ class Profiler:
         # The consumer thread does the final pass itself, so consumer state is only ever
         # touched by one thread; if it outlives the timeout it finishes in the background.
         self._thread.join(timeout)
+        self._close_publisher(timeout)
         return not self._thread.is_alive()
 
     def __enter__(self) -> Profiler:

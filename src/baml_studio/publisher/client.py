@@ -62,10 +62,21 @@ class GatewayPort(Protocol):
 class GatewayClient:
     """Sync client; thread-safe for concurrent PUTs (httpx pools connections)."""
 
-    def __init__(self, base_url: str, token: str, *, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        """``transport`` is a test seam (fault injection: lost responses, held PUTs); the
+        default None keeps httpx's own connection-pooling transport."""
         self._base = base_url.rstrip("/")
         self.token = token
-        self._http = httpx.Client(timeout=timeout, limits=httpx.Limits(max_connections=16))
+        self._http = httpx.Client(
+            timeout=timeout, limits=httpx.Limits(max_connections=16), transport=transport
+        )
 
     def close(self) -> None:
         self._http.close()

@@ -10,6 +10,11 @@ is seen, then it is reported and skipped. CAS files not in the shipped ledger be
 smaller codec-1 values → packs of at most ``pack_max_entry_bytes`` original bytes. Packs still
 listed in the in-flight journal are rebuilt with the same flush id and members, so a retried
 flush produces byte-identical packs and the gateway answers ``stored``.
+
+No object larger than ``max_object_bytes`` compressed is ever planned. A pack over it is split
+in halves (new flush ids); a single value or table over it is reported (``OVERSIZE``, skipped:
+the rest ships, the file stays local and is reported again on every flush); a segment over it
+is reported and blocks its plane (never passed by the cursor), on every flush until resolved.
 """
 
 from __future__ import annotations
@@ -58,6 +63,8 @@ class Outgoing:
     flush_id: str | None = None
     members: tuple[bytes, ...] = ()
     """Packs: the CIDs inside."""
+    source: Path | None = None
+    """The local file (segments, values and tables); packs: None."""
 
     def request_entry(self) -> dict[str, Any]:
         """This object as an ``UploadObject`` of openapi.yaml."""
@@ -74,14 +81,38 @@ class Outgoing:
         return entry
 
 
+class ProblemCode(enum.Enum):
+    """Why a file was not shipped."""
+
+    MISSING = "missing"
+    """A segment sequence below an existing one is absent."""
+    WAITS_FOR_DATA = "waits_for_data"
+    """A meta segment whose executions may need data segments that cannot ship yet."""
+    UNREADABLE = "unreadable"
+    CORRUPT = "corrupt"
+    """Bad magic, length, name or checksum."""
+    UNSUPPORTED = "unsupported"
+    """A segment or CAS version (or CAS codec) the gateway does not accept."""
+    OVERSIZE = "oversize"
+    """Compressed larger than the config's ``max_object_bytes``."""
+    REJECTED = "rejected"
+    """The gateway refused the object with a terminal status (413 on authorize or PUT)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """A file that was not shipped, and why."""
+    """A file (or pack) that was not shipped, and why."""
 
     path: Path
     reason: str
     skipped: bool
-    """True: the cursor passes it (never shipped); False: it blocks its plane for now."""
+    """True: the cursor passes it or it does not hold a cursor (a value, table or pack), and
+    the rest ships; False: it blocks its plane for now."""
+    code: ProblemCode = ProblemCode.CORRUPT
+    size_bytes: int | None = None
+    """Compressed size, for ``OVERSIZE`` and ``REJECTED``."""
+    error: Exception | None = None
+    """``REJECTED``: the gateway's typed error (``GatewayRejected`` or ``UploadFailed``, 413)."""
 
 
 @dataclass(slots=True)
@@ -139,16 +170,9 @@ def collect_flush(
     plan = FlushPlan(new_ulid(now), euids[0] if euids else None)
     for euid in euids:
         batch = StreamBatch(euid, state.read_cursor(euid))
-        for plane in Plane:
-            _collect_plane(
-                layout,
-                batch,
-                plane,
-                config,
-                level,
-                plan.problems,
-                _Blocker(now, first_seen, block_seconds),
-            )
+        blocker = _Blocker(now, first_seen, block_seconds)
+        reach = _collect_plane(layout, batch, Plane.DATA, config, level, plan.problems, blocker)
+        _collect_plane(layout, batch, Plane.META, config, level, plan.problems, blocker, reach)
         plan.streams.append(batch)
     if plan.carrier is not None:
         _collect_cas(state, config, level, plan)
@@ -182,7 +206,14 @@ def _collect_plane(
     level: int,
     problems: list[Problem],
     blocker: _Blocker,
-) -> None:
+    data_reach: int | None = None,
+) -> int:
+    """Collect one plane's shippable segments in order; returns the highest sequence the
+    plane reaches this flush (shipped before, collected now, or skipped).
+
+    A meta segment is collected only if the data it can reference is reachable too: its
+    header's ``data_high_water`` must not exceed ``data_reach``, so a meta object never lands
+    before the data segments its executions need (architecture.md, ingest step 5)."""
     done = batch.cursor.meta if plane is Plane.META else batch.cursor.data
     target = batch.meta if plane is Plane.META else batch.data
     pending = [s for s in plane_sequences(layout, batch.euid, plane) if s > done]
@@ -191,9 +222,12 @@ def _collect_plane(
         while expected < sequence:  # a hole below an existing file
             path = layout.segment_path(batch.euid, plane, expected)
             if not blocker.expired(path):
-                problems.append(Problem(path, "missing segment; the plane waits for it", False))
-                return
-            problems.append(Problem(path, "missing segment skipped after the wait", True))
+                problems.append(Problem(path, "missing segment; the plane waits for it", False,
+                                    ProblemCode.MISSING))  # fmt: skip
+                return expected - 1
+            problems.append(
+                Problem(path, "missing segment skipped after the wait", True, ProblemCode.MISSING)
+            )
             batch.skipped[plane].add(expected)
             expected += 1
         path = layout.segment_path(batch.euid, plane, sequence)
@@ -201,23 +235,49 @@ def _collect_plane(
         try:
             raw = path.read_bytes()
         except OSError as exc:
-            problems.append(Problem(path, f"unreadable: {exc}", False))
-            return
+            problems.append(Problem(path, f"unreadable: {exc}", False, ProblemCode.UNREADABLE))
+            return sequence - 1
         reason = _segment_problem(raw, plane, config)
+        if reason is None and data_reach is not None and _meta_data_high_water(raw) > data_reach:
+            problems.append(
+                Problem(path, f"waits for data segments up to {_meta_data_high_water(raw)} "
+                        f"(reachable: {data_reach})", False, ProblemCode.WAITS_FOR_DATA)
+            )  # fmt: skip
+            return sequence - 1
         if reason is None:
-            target.append(
-                make_object(Kind(f"{plane.value}_segment"), raw, level, sequence=sequence)
-            )
+            obj = make_object(Kind(f"{plane.value}_segment"), raw, level, sequence=sequence,
+                              source=path)  # fmt: skip
+            if len(obj.body) > config.max_object_bytes:
+                problems.append(_oversize(obj, config, "; the plane waits for it"))
+                return sequence - 1
+            target.append(obj)
             continue
         if reason.startswith("unsupported"):
-            problems.append(Problem(path, reason, True))
+            problems.append(Problem(path, reason, True, ProblemCode.UNSUPPORTED))
             batch.skipped[plane].add(sequence)
         elif blocker.expired(path):
             problems.append(Problem(path, reason + "; skipped after the wait", True))
             batch.skipped[plane].add(sequence)
         else:
             problems.append(Problem(path, reason + "; the plane waits for it", False))
-            return
+            return sequence - 1
+    return expected - 1 if pending else done
+
+
+def _meta_data_high_water(raw: bytes) -> int:
+    """``data_high_water`` of a meta segment header (bytes 34..42, after magic, version,
+    sequence and euid)."""
+    return int.from_bytes(raw[34:42], "big")
+
+
+def _oversize(obj: Outgoing, config: PublisherConfig, consequence: str) -> Problem:
+    where = obj.source or Path(f"<{obj.kind.value} {obj.flush_id}>")
+    reason = (
+        f"{obj.kind.value} compresses to {len(obj.body)} bytes, over the gateway's "
+        f"max_object_bytes {config.max_object_bytes}{consequence}"
+    )
+    skipped = obj.kind not in (Kind.META, Kind.DATA)
+    return Problem(where, reason, skipped, ProblemCode.OVERSIZE, len(obj.body))
 
 
 def _segment_problem(raw: bytes, plane: Plane, config: PublisherConfig) -> str | None:
@@ -234,31 +294,59 @@ def _segment_problem(raw: bytes, plane: Plane, config: PublisherConfig) -> str |
 
 def _collect_cas(state: PublishState, config: PublisherConfig, level: int, plan: FlushPlan) -> None:
     small: dict[bytes, bytes] = {}
+    paths: dict[bytes, Path] = {}
     for cid, path in _unshipped_cas(state):
         try:
             raw = path.read_bytes()
         except FileNotFoundError:
             continue  # removed by retention meanwhile
         except OSError as exc:
-            plan.problems.append(Problem(path, f"unreadable: {exc}", False))
+            plan.problems.append(Problem(path, f"unreadable: {exc}", False, ProblemCode.UNREADABLE))
             continue
         reason = _cas_problem(raw, cid, config)
         if reason is not None:
-            plan.problems.append(Problem(path, reason, True))
+            code = ProblemCode.UNSUPPORTED if "unsupported" in reason else ProblemCode.CORRUPT
+            plan.problems.append(Problem(path, reason, True, code))
             continue
         _, _, codec, body_len = _CAS_HEAD.unpack_from(raw)
-        if codec == CODEC_FUNCTION_TABLE:
-            plan.cas.insert(0, make_object(Kind.TABLE, raw, level, cid=cid))
-        elif body_len >= config.large_value_threshold_bytes:
-            plan.cas.append(make_object(Kind.VALUE, raw, level, cid=cid))
+        if codec == CODEC_FUNCTION_TABLE or body_len >= config.large_value_threshold_bytes:
+            kind = Kind.TABLE if codec == CODEC_FUNCTION_TABLE else Kind.VALUE
+            obj = make_object(kind, raw, level, cid=cid, source=path)
+            if len(obj.body) > config.max_object_bytes:
+                plan.problems.append(_oversize(obj, config, "; not shipped, kept locally"))
+            elif kind is Kind.TABLE:
+                plan.cas.insert(0, obj)
+            else:
+                plan.cas.append(obj)
         else:
             small[cid] = raw
+            paths[cid] = path
     for pack in _group_packs(state, small, config.pack_max_entry_bytes, plan.flush_id):
-        body = pack_body([small[c] for c in pack.members])
-        plan.packs.append(
-            make_object(Kind.PACK, body, level, flush_id=pack.flush_id, members=pack.members)
-        )
+        _add_pack(plan, pack, small, paths, config, level)
     state.write_journal([JournalPack(p.flush_id or "", p.members) for p in plan.packs])
+
+
+def _add_pack(
+    plan: FlushPlan,
+    pack: JournalPack,
+    small: dict[bytes, bytes],
+    paths: dict[bytes, Path],
+    config: PublisherConfig,
+    level: int,
+) -> None:
+    """Plan ``pack``, split in halves (new flush ids) while it compresses over the limit."""
+    body = pack_body([small[c] for c in pack.members])
+    obj = make_object(Kind.PACK, body, level, flush_id=pack.flush_id, members=pack.members)
+    if len(obj.body) <= config.max_object_bytes:
+        plan.packs.append(obj)
+    elif len(pack.members) == 1:
+        single = Outgoing(obj.kind, obj.body, obj.sha256, obj.original_bytes,
+                          source=paths[pack.members[0]])  # fmt: skip
+        plan.problems.append(_oversize(single, config, " even alone in a pack; not shipped"))
+    else:
+        half = len(pack.members) // 2
+        for members in (pack.members[:half], pack.members[half:]):
+            _add_pack(plan, JournalPack(new_ulid(), members), small, paths, config, level)
 
 
 def _cas_problem(raw: bytes, cid: bytes, config: PublisherConfig) -> str | None:

@@ -14,6 +14,10 @@ means the object exists: re-authorize and expect ``stored``. ``conflict`` on a v
 counts as stored; on a pack it stops the flush before any segment (the pack is dropped from the
 journal so the next flush builds a new one under a new flush id); on a segment it is reported,
 never overwritten, and its plane stops there (a data conflict also holds back the stream's meta).
+A 413 (object or request too large; the collector never plans one, but the gateway's limits may
+have changed) is terminal for what it names: a rejected authorize chunk or PUT becomes a
+``REJECTED`` problem in the report carrying the ``GatewayRejected``/``UploadFailed``, its
+objects are not sent, a rejected segment stops its plane like a conflict, and the rest ships.
 Only after the meta segments are stored: cursors advance, shipped values and tables (and pack
 members) are appended to the shipped ledger with one fsync, the journal forgets shipped packs,
 and (if configured) shipped segments are deleted.
@@ -27,10 +31,23 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 
 from baml_studio.publisher.client import Authorized, GatewayPort, PutOutcome
-from baml_studio.publisher.collect import FlushPlan, Kind, Outgoing, Problem, StreamBatch
-from baml_studio.publisher.errors import GatewayProtocolError, UploadFailed
+from baml_studio.publisher.collect import (
+    FlushPlan,
+    Kind,
+    Outgoing,
+    Problem,
+    ProblemCode,
+    StreamBatch,
+)
+from baml_studio.publisher.errors import (
+    GatewayProtocolError,
+    GatewayRejected,
+    PublisherError,
+    UploadFailed,
+)
 from baml_studio.publisher.retention import delete_files
 from baml_studio.publisher.state import Cursor, JournalPack, PublishState
 from baml_studio.store.layout import Plane
@@ -59,6 +76,11 @@ class _Target:
     flush_id: str
     obj: Outgoing
     answer: Authorized | None = None
+    rejected: PublisherError | None = None
+    """A 413 for this object's chunk or PUT: terminal, the object is not sent."""
+
+
+TOO_LARGE = 413
 
 
 class _Stop(Exception):
@@ -88,7 +110,14 @@ def run_flush(
     report.original_bytes = plan.original_bytes
     targets = _targets(plan)
     for euid, flush_id, chunk in _chunks(targets, max_objects):
-        answers = gateway.authorize(euid, flush_id, [t.obj.request_entry() for t in chunk])
+        try:
+            answers = gateway.authorize(euid, flush_id, [t.obj.request_entry() for t in chunk])
+        except GatewayRejected as exc:
+            if exc.status != TOO_LARGE:
+                raise
+            for target in chunk:
+                target.rejected = exc
+            continue
         for target, answer in zip(chunk, answers, strict=True):
             target.answer = answer
     shipper = _Shipper(gateway, report, put_attempts, retry_delay, sleep)
@@ -109,7 +138,7 @@ def run_flush(
                            tasks.halted, data_ok, b.euid) for b in plan.streams])  # fmt: skip
         tasks.run([partial(_ship_plane, shipper, by_obj, b.meta, shipped[(b.euid, Plane.META)],
                            tasks.halted) for b in plan.streams if data_ok.get(b.euid)])  # fmt: skip
-    _finish(plan, state, shipped, report, release_segments, clock())
+    _finish(plan, state, shipped, report, release_segments, clock(), shipper.unshipped)
     report.complete = not report.conflicts and not any(not p.skipped for p in report.problems)
     return report
 
@@ -174,10 +203,14 @@ class _Shipper:
         self._sleep = sleep
         self._lock = threading.Lock()
         """Guards the report: several PUT threads update it."""
+        self.unshipped: set[int] = set()
+        """``id`` of each object refused with a 413: not in the bucket, not marked shipped."""
 
     def ship(self, target: _Target) -> bool:
-        """True once the object is in the bucket; False on a segment conflict."""
+        """True once the object is in the bucket; False on a segment conflict or a 413."""
         for attempt in range(self._attempts):
+            if target.rejected is not None:
+                return self._reject(target, target.rejected)
             answer = target.answer
             if answer is None:
                 raise GatewayProtocolError("object was never authorized")
@@ -193,7 +226,9 @@ class _Shipper:
                 outcome = self._gateway.put(
                     answer.upload_url, answer.required_headers, target.obj.body
                 )
-            except UploadFailed:
+            except UploadFailed as exc:
+                if exc.status == TOO_LARGE:
+                    return self._reject(target, exc)
                 if attempt + 1 == self._attempts:
                     raise
                 self._sleep(self._delay * (2**attempt))
@@ -208,6 +243,19 @@ class _Shipper:
             f"object not stored after {self._attempts} attempts",
             key=target.answer.key if target.answer else "",
         )
+
+    def _reject(self, target: _Target, error: PublisherError) -> bool:
+        obj = target.obj
+        where = obj.source or Path(f"<{obj.kind.value} {target.flush_id}>")
+        segment = obj.kind in (Kind.META, Kind.DATA)
+        consequence = "; the plane waits for it" if segment else "; not shipped, kept locally"
+        problem = Problem(where, f"gateway refused {obj.kind.value} of {len(obj.body)} bytes: "
+                          f"{error}{consequence}", not segment, ProblemCode.REJECTED,
+                          len(obj.body), error)  # fmt: skip
+        with self._lock:
+            self._report.problems.append(problem)
+            self.unshipped.add(id(obj))
+        return False
 
     def _reauthorize(self, target: _Target) -> Authorized:
         return self._gateway.authorize(target.euid, target.flush_id, [target.obj.request_entry()])[
@@ -262,6 +310,7 @@ def _finish(
     report: FlushReport,
     release_segments: bool,
     now: float,
+    unshipped: set[int],
 ) -> None:
     for batch in plan.streams:
         cursor = _new_cursor(batch, shipped)
@@ -270,8 +319,8 @@ def _finish(
             if release_segments:
                 _release(state, batch, cursor)
         report.cursors[batch.euid.hex()] = cursor
-    cids = [o.cid for o in plan.cas if o.cid is not None]
-    cids += [c for pack in plan.packs for c in pack.members]
+    cids = [o.cid for o in plan.cas if o.cid is not None and id(o) not in unshipped]
+    cids += [c for pack in plan.packs if id(pack) not in unshipped for c in pack.members]
     state.mark_shipped(cids, now=now)
     state.clear_journal()
 

@@ -11,6 +11,7 @@ honouring ``Retry-After``. Files are never removed because of a failure.
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -29,6 +30,8 @@ from baml_studio.publisher.errors import (
 from baml_studio.publisher.flush import FlushReport, run_flush
 from baml_studio.publisher.retention import RetentionReport, apply_retention
 from baml_studio.publisher.state import PublishState
+
+_log = logging.getLogger(__name__)
 
 
 class Publisher:
@@ -62,6 +65,8 @@ class Publisher:
         self._first_seen: dict[Path, float] = {}
         self.last_report: FlushReport | None = None
         self.last_error: PublisherError | None = None
+        self.unexpected_errors = 0
+        """Failures that are not ``PublisherError`` (logged; the thread goes on)."""
 
     @property
     def config(self) -> PublisherConfig | None:
@@ -84,12 +89,7 @@ class Publisher:
         try:
             config = self._client.get_config()
         except GatewayAuthError as exc:
-            self._auth_failed = exc
-            self._config_at = (
-                self._clock()
-                - self.settings.config_refresh_seconds
-                + (self.settings.auth_retry_seconds)
-            )
+            self._stop_shipping(exc)
             raise
         except GatewayThrottled:
             if self._config is None:
@@ -97,6 +97,13 @@ class Publisher:
             return self._config  # keep the last configuration
         self._config, self._config_at, self._auth_failed = config, self._clock(), None
         return config
+
+    def _stop_shipping(self, exc: GatewayAuthError) -> None:
+        """Shipping stops; the config is re-read (with the token) after ``auth_retry_seconds``."""
+        self._auth_failed = exc
+        self._config_at = (
+            self._clock() - self.settings.config_refresh_seconds + self.settings.auth_retry_seconds
+        )
 
     def flush(self) -> FlushReport:
         """One flush now. Raises PublisherError subclasses; nothing local is lost on failure."""
@@ -114,11 +121,16 @@ class Publisher:
                 first_seen=self._first_seen, block_seconds=self.settings.corrupt_block_seconds,
                 state=self._state,
             )  # fmt: skip
-            report = run_flush(
-                plan, self._client, self._state, max_objects=config.max_objects_per_authorize,
-                put_attempts=self.settings.put_attempts,
-                release_segments=self.settings.release_shipped_segments, clock=self._clock,
-            )  # fmt: skip
+            try:
+                report = run_flush(
+                    plan, self._client, self._state, max_objects=config.max_objects_per_authorize,
+                    put_attempts=self.settings.put_attempts,
+                    release_segments=self.settings.release_shipped_segments, clock=self._clock,
+                )  # fmt: skip
+            except GatewayAuthError as exc:
+                # a token revoked mid-config-period: stop shipping until a config call succeeds
+                self._stop_shipping(exc)
+                raise
             self.last_report = report
             return report
 
@@ -192,8 +204,19 @@ class Publisher:
             now = self._clock()
             due = now - last >= interval or self._over_pack_limit()
             if due or self._config is None:
-                self.try_flush()
+                self._guarded_flush()
                 last = self._clock()
+
+    def _guarded_flush(self) -> None:
+        """``try_flush`` on the thread: an unexpected error (a bug, a malformed gateway URL) is
+        logged and backed off like a failure, and never ends the thread."""
+        try:
+            self.try_flush()
+        except Exception:
+            self.unexpected_errors += 1
+            self._failures += 1
+            self._not_before = self._clock() + self.settings.backoff_max_seconds
+            _log.exception("publisher flush failed unexpectedly; files stay local")
 
     def _over_pack_limit(self) -> bool:
         if self._config is None:
