@@ -11,15 +11,20 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import socket
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 # the real-gateway rig lives in the tests
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "publisher"))
 
+from publisher_fake_gateway import free_port
 from publisher_real_gateway import real_gateway
 
 from baml_studio.publisher import Publisher
@@ -40,22 +45,61 @@ def raw_limit(root: Path) -> tuple[int, float]:
     return sum(map(len, files)), time.perf_counter() - start
 
 
+@contextmanager
+def dataplane_process(data_dir: Path) -> Iterator[tuple[str, str]]:
+    """``baml-studio serve dataplane`` in its own process, as deployed; yields (URL, token)."""
+    port = free_port()
+    cli = [sys.executable, "-m", "baml_studio.cli"]
+    token = subprocess.run(
+        [*cli, "tokens", "mint", "--data", str(data_dir), "--tenant", "bench",
+         "--project", "bench", "--environment", "bench"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    server = subprocess.Popen(
+        [*cli, "serve", "dataplane", "--data", str(data_dir), "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        else:
+            raise SystemExit("the data plane did not start")
+        yield f"http://127.0.0.1:{port}", token
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--executions", type=int, default=400)
     parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument(
+        "--in-process", action="store_true",
+        help="serve the data plane in this process (shares the GIL with the publisher)",
+    )  # fmt: skip
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "store" / "profiles-v1"
         run_workload(root, executions=args.executions, processes=args.processes, seed=7)
         total, limit_s = raw_limit(root)
-        with real_gateway(Path(tmp) / "dataplane") as (url, token, _):
+        serve = (
+            _in_process(Path(tmp) / "dataplane")
+            if args.in_process
+            else dataplane_process(Path(tmp) / "dataplane")
+        )
+        with serve as (url, token):
             publisher = Publisher(root, url, token)
             publisher.refresh_config()
             start = time.perf_counter()
             report = publisher.flush()
             flush_s = time.perf_counter() - start
         assert report.complete, report.problems
+    print(f"data plane: {'in this process' if args.in_process else 'its own process'}")
     mb = 1e6
     rows = [
         (f"raw limit (zstd L{DEFAULT_ZSTD_LEVEL} + SHA-256, no I/O)", total / mb / limit_s,
@@ -69,6 +113,12 @@ def main() -> None:
     for name, mbps, eps in rows:
         print(f"{name:<46} {mbps:>10.1f} {eps:>10.0f}")
     print(f"ratio flush/limit: {rows[1][1] / rows[0][1]:.2f} (goal >= 0.50)")
+
+
+@contextmanager
+def _in_process(data_dir: Path) -> Iterator[tuple[str, str]]:
+    with real_gateway(data_dir) as (url, token, _):
+        yield url, token
 
 
 if __name__ == "__main__":

@@ -199,3 +199,7 @@ def store_clean(store: Path | None) -> None:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_UNAVAILABLE)
     click.echo(f"removed {root}")
+
+
+if __name__ == "__main__":
+    main()
