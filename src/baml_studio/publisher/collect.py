@@ -24,6 +24,7 @@ import hashlib
 import os
 import struct
 from collections.abc import MutableMapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from typing import Any
 from baml_studio.format.cas import CAS_MAGIC, CODEC_FUNCTION_TABLE, CODEC_VALUE
 from baml_studio.format.ids import value_cid_wire
 from baml_studio.publisher.config import PublisherConfig
-from baml_studio.publisher.pack import MAX_PACK_ENTRIES, compress, pack_body
+from baml_studio.publisher.pack import MAX_PACK_ENTRIES, compress, pack_body_verified
 from baml_studio.publisher.state import Cursor, JournalPack, PublishState, new_ulid
 from baml_studio.store.layout import Plane, StoreLayout, parse_cas_file_name, parse_stream_dir_name
 from baml_studio.store.segments import plane_sequences
@@ -294,93 +295,151 @@ def _segment_problem(raw: bytes, plane: Plane, config: PublisherConfig) -> str |
 
 def _collect_cas(state: PublishState, config: PublisherConfig, level: int, plan: FlushPlan) -> None:
     small: dict[bytes, bytes] = {}
-    paths: dict[bytes, Path] = {}
+    digests: dict[bytes, str] = {}
+    """Small values: the SHA-256 of the whole file, from the checksum pass (for the manifest)."""
+    paths: dict[bytes, str] = {}
+    found: list[Problem | tuple[Kind, bytes, bytes, str]] = []
+    """In file order: problems, and tables and large values to compress."""
     for cid, path in _unshipped_cas(state):
         try:
-            raw = path.read_bytes()
+            with open(path, "rb", buffering=0) as file:
+                raw = file.readall()
         except FileNotFoundError:
             continue  # removed by retention meanwhile
         except OSError as exc:
-            plan.problems.append(Problem(path, f"unreadable: {exc}", False, ProblemCode.UNREADABLE))
+            found.append(Problem(Path(path), f"unreadable: {exc}", False, ProblemCode.UNREADABLE))
             continue
-        reason = _cas_problem(raw, cid, config)
+        reason, digest = _cas_check(raw, cid, config)
         if reason is not None:
             code = ProblemCode.UNSUPPORTED if "unsupported" in reason else ProblemCode.CORRUPT
-            plan.problems.append(Problem(path, reason, True, code))
+            found.append(Problem(Path(path), reason, True, code))
             continue
         _, _, codec, body_len = _CAS_HEAD.unpack_from(raw)
         if codec == CODEC_FUNCTION_TABLE or body_len >= config.large_value_threshold_bytes:
-            kind = Kind.TABLE if codec == CODEC_FUNCTION_TABLE else Kind.VALUE
-            obj = make_object(kind, raw, level, cid=cid, source=path)
-            if len(obj.body) > config.max_object_bytes:
-                plan.problems.append(_oversize(obj, config, "; not shipped, kept locally"))
-            elif kind is Kind.TABLE:
-                plan.cas.insert(0, obj)
-            else:
-                plan.cas.append(obj)
+            found.append((Kind.TABLE if codec == CODEC_FUNCTION_TABLE else Kind.VALUE, raw, cid,
+                          path))  # fmt: skip
         else:
             small[cid] = raw
+            digests[cid] = digest
             paths[cid] = path
-    for pack in _group_packs(state, small, config.pack_max_entry_bytes, plan.flush_id):
-        _add_pack(plan, pack, small, paths, config, level)
+    large = [item for item in found if not isinstance(item, Problem)]
+    packs = _group_packs(state, small, config.pack_max_entry_bytes, plan.flush_id)
+    bodies = [pack_body_verified([(c, small[c], digests[c]) for c in p.members]) for p in packs]
+    # zstd releases the GIL: compress on a few threads; results are used in plan order
+    compressed = _compress_all([raw for _, raw, _, _ in large] + bodies, level)
+    done = iter(compressed[: len(large)])
+    for item in found:
+        if isinstance(item, Problem):
+            plan.problems.append(item)
+            continue
+        kind, raw, cid, path = item
+        obj = _outgoing(kind, raw, next(done), cid=cid, source=Path(path))
+        if len(obj.body) > config.max_object_bytes:
+            plan.problems.append(_oversize(obj, config, "; not shipped, kept locally"))
+        elif kind is Kind.TABLE:
+            plan.cas.insert(0, obj)
+        else:
+            plan.cas.append(obj)
+    for pack, raw, body in zip(packs, bodies, compressed[len(large) :], strict=True):
+        obj = _outgoing(Kind.PACK, raw, body, flush_id=pack.flush_id, members=pack.members)
+        _add_pack(plan, pack, obj, small, digests, paths, config, level)
     state.write_journal([JournalPack(p.flush_id or "", p.members) for p in plan.packs])
+
+
+COMPRESS_WORKERS = 3
+"""Threads compressing one flush's objects (zstd releases the GIL)."""
+_PARALLEL_MIN_BYTES = 256 << 10
+"""Below this many original bytes in all, compressing on threads costs more than it saves."""
+
+
+def _compress_all(raws: list[bytes], level: int) -> list[bytes]:
+    """``compress`` of each of ``raws``, in order (the same bytes as one at a time)."""
+    if len(raws) < 2 or sum(map(len, raws)) < _PARALLEL_MIN_BYTES:
+        return [compress(raw, level) for raw in raws]
+    # biggest first so one large pack does not finish last on its own
+    order = sorted(range(len(raws)), key=lambda i: -len(raws[i]))
+    out: list[bytes] = [b""] * len(raws)
+    with ThreadPoolExecutor(COMPRESS_WORKERS, thread_name_prefix="baml-zstd") as pool:
+        bodies = pool.map(lambda i: compress(raws[i], level), order)
+        for index, body in zip(order, bodies, strict=True):
+            out[index] = body
+    return out
+
+
+def _outgoing(kind: Kind, raw: bytes, body: bytes, **extra: Any) -> Outgoing:
+    return Outgoing(kind, body, hashlib.sha256(body).hexdigest(), len(raw), **extra)
 
 
 def _add_pack(
     plan: FlushPlan,
     pack: JournalPack,
+    obj: Outgoing | None,
     small: dict[bytes, bytes],
-    paths: dict[bytes, Path],
+    digests: dict[bytes, str],
+    paths: dict[bytes, str],
     config: PublisherConfig,
     level: int,
 ) -> None:
-    """Plan ``pack``, split in halves (new flush ids) while it compresses over the limit."""
-    body = pack_body([small[c] for c in pack.members])
-    obj = make_object(Kind.PACK, body, level, flush_id=pack.flush_id, members=pack.members)
+    """Plan ``pack`` (``obj``: already built), split in halves (new flush ids) while it
+    compresses over the limit."""
+    if obj is None:
+        body = pack_body_verified([(c, small[c], digests[c]) for c in pack.members])
+        obj = make_object(Kind.PACK, body, level, flush_id=pack.flush_id, members=pack.members)
     if len(obj.body) <= config.max_object_bytes:
         plan.packs.append(obj)
     elif len(pack.members) == 1:
         single = Outgoing(obj.kind, obj.body, obj.sha256, obj.original_bytes,
-                          source=paths[pack.members[0]])  # fmt: skip
+                          source=Path(paths[pack.members[0]]))  # fmt: skip
         plan.problems.append(_oversize(single, config, " even alone in a pack; not shipped"))
     else:
         half = len(pack.members) // 2
         for members in (pack.members[:half], pack.members[half:]):
-            _add_pack(plan, JournalPack(new_ulid(), members), small, paths, config, level)
+            part = JournalPack(new_ulid(), members)
+            _add_pack(plan, part, None, small, digests, paths, config, level)
 
 
-def _cas_problem(raw: bytes, cid: bytes, config: PublisherConfig) -> str | None:
+def _cas_check(raw: bytes, cid: bytes, config: PublisherConfig) -> tuple[str | None, str]:
+    """(why ``raw`` cannot ship or None, the SHA-256 hex of the whole file). The checksum
+    covers all but the trailing 32 bytes; the whole file's digest continues that hash over
+    the trailer, so the body is hashed once."""
     if len(raw) < 84 or raw[:8] != CAS_MAGIC:
-        return "not a CAS file (magic or length)"
+        return "not a CAS file (magic or length)", ""
     _, version, codec, body_len = _CAS_HEAD.unpack_from(raw)
     if version not in config.supported_cas_versions:
-        return f"unsupported CAS version {version}"
+        return f"unsupported CAS version {version}", ""
     if codec not in (CODEC_VALUE, CODEC_FUNCTION_TABLE):
-        return f"unknown CAS codec {codec}"
+        return f"unknown CAS codec {codec}", ""
     if raw[20:52] != cid or len(raw) != 84 + body_len:
-        return "CAS file does not match its name or length"
-    if hashlib.sha256(raw[:-32]).digest() != raw[-32:]:
-        return "CAS checksum does not match"
-    return None
+        return "CAS file does not match its name or length", ""
+    view = memoryview(raw)
+    hasher = hashlib.sha256(view[:-32])
+    if hasher.digest() != raw[-32:]:
+        return "CAS checksum does not match", ""
+    hasher.update(view[-32:])
+    return None, hasher.hexdigest()
 
 
-def _unshipped_cas(state: PublishState) -> list[tuple[bytes, Path]]:
+def _unshipped_cas(state: PublishState) -> list[tuple[bytes, str]]:
+    """(CID, path) of every CAS file not in the shipped ledger, sorted by directory and name."""
     layout, shipped = state.layout, state.shipped()
-    found: list[tuple[bytes, Path]] = []
+    found: list[tuple[bytes, str]] = []
+    cas_dir = os.fspath(layout.cas_dir)
     try:
-        prefixes = sorted(os.listdir(layout.cas_dir))
+        with os.scandir(cas_dir) as entries:
+            prefixes = sorted(e.name for e in entries)
     except FileNotFoundError:
         return found
     for prefix in prefixes:
-        directory = layout.cas_dir / prefix
+        directory = f"{cas_dir}/{prefix}"
         try:
-            names = os.listdir(directory)
+            with os.scandir(directory) as entries:
+                names = sorted(e.name for e in entries)
         except (NotADirectoryError, FileNotFoundError):
             continue
-        for name in sorted(names):
+        for name in names:
             cid = parse_cas_file_name(name)
             if cid is not None and cid not in shipped:
-                found.append((cid, directory / name))
+                found.append((cid, f"{directory}/{name}"))
     return found
 
 
@@ -389,7 +448,7 @@ def unshipped_value_bytes(root: Path, state: PublishState | None = None) -> int:
     total = 0
     for _, path in _unshipped_cas(state or PublishState(root)):
         try:
-            total += path.stat().st_size
+            total += os.stat(path).st_size
         except FileNotFoundError:
             continue
     return total

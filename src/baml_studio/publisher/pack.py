@@ -90,17 +90,27 @@ def pack_body(values: Sequence[bytes]) -> bytes:
         by_cid.setdefault(_entry_cid(raw), raw)
     if not 1 <= len(by_cid) <= MAX_PACK_ENTRIES:
         raise PackEntryInvalid(f"a pack holds 1..{MAX_PACK_ENTRIES} values, got {len(by_cid)}")
-    entries: list[dict[str, Any]] = []
+    ordered = sorted(by_cid.items())
+    return pack_body_verified([(cid, raw, hashlib.sha256(raw).hexdigest()) for cid, raw in ordered])
+
+
+def pack_body_verified(entries: Sequence[tuple[bytes, bytes, str]]) -> bytes:
+    """``pack_body`` for files the caller already checked: (CID, whole codec-1 CAS file, its
+    SHA-256 hex) with the CIDs unique; sorted here. Checks the count, not the files."""
+    if not 1 <= len(entries) <= MAX_PACK_ENTRIES:
+        raise PackEntryInvalid(f"a pack holds 1..{MAX_PACK_ENTRIES} values, got {len(entries)}")
+    rows: list[dict[str, Any]] = []
     offset = 0
-    ordered = [by_cid[cid] for cid in sorted(by_cid)]
-    for cid, raw in zip(sorted(by_cid), ordered, strict=True):
-        entries.append(
+    ordered = sorted(entries, key=lambda entry: entry[0])
+    for cid, raw, sha256 in ordered:
+        rows.append(
             {"cid": cid.hex(), "codec": CODEC_VALUE, "length": len(raw), "offset": offset,
-             "sha256": hashlib.sha256(raw).hexdigest()}
+             "sha256": sha256}
         )  # fmt: skip
         offset += len(raw)
-    manifest = canonical_json({"entries": entries, "version": PACK_VERSION})
-    return b"".join([_HEAD.pack(PACK_MAGIC, PACK_VERSION, len(manifest)), manifest, *ordered])
+    manifest = canonical_json({"entries": rows, "version": PACK_VERSION})
+    head = _HEAD.pack(PACK_MAGIC, PACK_VERSION, len(manifest))
+    return b"".join([head, manifest, *(raw for _, raw, _ in ordered)])
 
 
 def encode_pack(values: Sequence[bytes], level: int = DEFAULT_ZSTD_LEVEL) -> bytes:

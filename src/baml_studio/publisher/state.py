@@ -235,8 +235,10 @@ class PublishState:
             except (NotADirectoryError, FileNotFoundError):
                 continue
             for name in names:
+                if not name.endswith(SHIPPED_SUFFIX):
+                    continue  # a value, not a legacy marker: most names
                 cid = parse_cas_file_name(name.removesuffix(SHIPPED_SUFFIX))
-                if name.endswith(SHIPPED_SUFFIX) and cid is not None:
+                if cid is not None:
                     try:
                         found[cid] = int((directory / name).stat().st_mtime)
                     except FileNotFoundError:
