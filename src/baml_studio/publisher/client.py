@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import email.utils
 import enum
+import socket
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -59,6 +60,9 @@ class GatewayPort(Protocol):
     def put(self, url: str, headers: Mapping[str, str], body: bytes) -> PutOutcome: ...
 
 
+NODELAY = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+
+
 class GatewayClient:
     """Sync client; thread-safe for concurrent PUTs (httpx pools connections)."""
 
@@ -74,9 +78,12 @@ class GatewayClient:
         default None keeps httpx's own connection-pooling transport."""
         self._base = base_url.rstrip("/")
         self.token = token
-        self._http = httpx.Client(
-            timeout=timeout, limits=httpx.Limits(max_connections=16), transport=transport
-        )
+        limits = httpx.Limits(max_connections=16)
+        if transport is None:
+            # Headers and body go out as separate writes; with Nagle's algorithm the body then
+            # waits for the peer's delayed ACK (tens of ms per PUT). Send small writes at once.
+            transport = httpx.HTTPTransport(limits=limits, socket_options=NODELAY)
+        self._http = httpx.Client(timeout=timeout, limits=limits, transport=transport)
 
     def close(self) -> None:
         self._http.close()
