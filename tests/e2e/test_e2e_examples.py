@@ -147,3 +147,16 @@ def test_semantic_equality_and_identity(demo: Demo) -> None:
         f"baml_value_json('\"{record.request_id}\"') AND edge_kind = 'root'"
     )
     assert len(matches) == 1
+
+
+def test_hot_call_paths_keeps_its_order(demo: Demo) -> None:
+    rows = demo.rows("SELECT fqn, self_ns FROM hot_call_paths LIMIT 15")
+    assert len(rows) == 15
+    assert [r["self_ns"] for r in rows] == sorted((r["self_ns"] for r in rows), reverse=True)
+    hottest = demo.rows(
+        "SELECT max(self_ns) AS m FROM call_path_stats "
+        "WHERE overflow_reason IS NULL AND timing_complete"
+    )
+    assert rows[0]["self_ns"] == hottest[0]["m"]
+    mine = demo.rows("SELECT fqn, self_ns FROM hot_call_paths ORDER BY self_ns ASC LIMIT 3")
+    assert [r["self_ns"] for r in mine] == sorted(r["self_ns"] for r in mine)

@@ -10,6 +10,7 @@ with exactly one ``queryOutcome``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import time
@@ -42,6 +43,7 @@ from baml_studio.query.schema_doc import schema_document
 from baml_studio.query.session import build_session, sql
 from baml_studio.query.udfs import build_udfs
 from baml_studio.query.values import ValueResolver
+from baml_studio.query.views import with_view_order
 
 _T = TypeVar("_T")
 PER_EXECUTION = frozenset(r.name for r in (THREADS, CALL_PATH_STATS, CALLS, ERRORS, HEALTH))
@@ -266,10 +268,16 @@ def _translate(
     """The SQL DataFusion runs, its value columns and the data it needs."""
     if statement.query is None:
         return statement.text, frozenset(), {}
-    rewritten = rewrite(statement.query, internal=internal)
+    ordered = with_view_order(statement.query)
+    if ordered is not None:  # a plain scan of a view keeps the view's order
+        text = ordered.sql(dialect="postgres")
+        statement = dataclasses.replace(statement, query=ordered, query_text=text)
+    query = statement.query
+    assert query is not None  # reason: replaced only by another query above
+    rewritten = rewrite(query, internal=internal)
     query_sql = rewritten.sql if rewritten.sql is not None else statement.query_text
     reads = statement.kind == "query" or statement.analyze
-    needs = needed_relations(statement.query, internal) if reads and not explain_only else {}
+    needs = needed_relations(query, internal) if reads and not explain_only else {}
     if statement.kind == "explain":
         options = f" {statement.explain_options}" if statement.explain_options else ""
         return f"EXPLAIN{options} {query_sql}", frozenset(), needs
