@@ -71,7 +71,9 @@ class FaultTransport(httpx.BaseTransport):
                 os.close(fd)
         if hold:
             assert self.marker is not None
-            self.marker.write_text(key)
+            staged = self.marker.with_name(self.marker.name + ".tmp")
+            staged.write_text(key)
+            os.replace(staged, self.marker)  # the parent never sees a half-written marker
             while True:
                 time.sleep(60)  # the parent SIGKILLs this process here
         if lose:
