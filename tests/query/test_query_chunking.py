@@ -36,3 +36,18 @@ def test_a_limit_stops_folding_once_met() -> None:
     assert len(list(result)) == 7
     assert result.outcome()["resultState"] == "complete"
     assert len(source.table_calls) == 1
+
+
+def test_views_and_ordered_queries_are_not_chunked() -> None:
+    import sqlglot
+
+    from baml_studio.query.chunking import chunkable
+
+    for sql in (
+        "SELECT fqn FROM hot_call_paths LIMIT 5",
+        "SELECT fqn FROM hot_call_paths_v1",
+        "SELECT call_id FROM calls ORDER BY call_id LIMIT 5",
+        "SELECT count(*) FROM calls",
+    ):
+        assert chunkable(sqlglot.parse_one(sql, read="postgres")) == (False, None), sql
+    assert chunkable(sqlglot.parse_one("SELECT call_id FROM calls LIMIT 5")) == (True, 5)

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from baml_studio.catalog.schema import VIEWS
+
+VIEW_NAMES = frozenset(name for view in VIEWS for name in (view.name, view.alias))
 CHUNK_EXECUTIONS = 64
 """Executions folded per chunk."""
 
@@ -22,8 +25,9 @@ def chunkable(query: exp.Expr | None) -> tuple[bool, int | None]:
     blocked = ("joins", "group", "order", "having", "distinct", "offset", "qualify", "with_")
     if any(query.args.get(key) for key in (*blocked, "with", "windows")):
         return False, None
-    if len(list(query.find_all(exp.Table))) != 1:
-        return False, None
+    tables = list(query.find_all(exp.Table))
+    if len(tables) != 1 or tables[0].name.lower() in VIEW_NAMES:
+        return False, None  # a view may carry its own ORDER BY and filters
     if any(query.find_all(exp.AggFunc, exp.Window, exp.Subquery, exp.Union)):
         return False, None
     limit = query.args.get("limit")

@@ -135,7 +135,7 @@ class QueryEngine:
     def _plan(
         self, text: str, internal: bool, resolver: ValueResolver, *, explain_only: bool
     ) -> _Planned:
-        statement = admit(text, internal=internal)
+        statement = _with_view_order(admit(text, internal=internal))
         final, value_columns, needs = _translate(statement, internal, explain_only)
         is_query = statement.kind == "query" and not explain_only
         scan, limit = chunkable(statement.query) if is_query else (False, None)
@@ -262,18 +262,21 @@ def _zero(type_: pa.DataType) -> object:
     return 0
 
 
+def _with_view_order(statement: Statement) -> Statement:
+    """A plain scan of a view keeps the view's order (before chunking or rewriting see it)."""
+    ordered = with_view_order(statement.query)
+    if ordered is None:
+        return statement
+    return dataclasses.replace(statement, query=ordered, query_text=ordered.sql(dialect="postgres"))
+
+
 def _translate(
     statement: Statement, internal: bool, explain_only: bool
 ) -> tuple[str, frozenset[str], dict[str, Restriction]]:
     """The SQL DataFusion runs, its value columns and the data it needs."""
     if statement.query is None:
         return statement.text, frozenset(), {}
-    ordered = with_view_order(statement.query)
-    if ordered is not None:  # a plain scan of a view keeps the view's order
-        text = ordered.sql(dialect="postgres")
-        statement = dataclasses.replace(statement, query=ordered, query_text=text)
     query = statement.query
-    assert query is not None  # reason: replaced only by another query above
     rewritten = rewrite(query, internal=internal)
     query_sql = rewritten.sql if rewritten.sql is not None else statement.query_text
     reads = statement.kind == "query" or statement.analyze
