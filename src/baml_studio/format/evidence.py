@@ -19,6 +19,7 @@ second start/end for one thread within one payload).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from baml_studio.format.binio import (
     Buffer,
@@ -332,33 +333,27 @@ def _encodable_bits(value: int, what: str) -> int:
 # --- framing -----------------------------------------------------------------------------------
 
 
+_ENCODERS: dict[type, tuple[int, Callable[[Writer, Any], None]]] = {
+    SpanStart: (0, _put_span_start),
+    SpanEnd: (1, _put_span_end),
+    SpanRuntimeId: (2, _put_runtime_id),
+    ValueOccurrence: (3, _put_occurrence),
+    ErrorCapture: (4, _put_error_capture),
+    TerminalErrorRef: (5, _put_terminal),
+    ThreadStart: (6, _put_thread_start),
+    ThreadEnd: (7, _put_thread_end),
+}
+"""Fact type → (wire tag, body writer); the tags index :data:`_DECODERS`."""
+
+
 def _put_fact(w: Writer, fact: Fact) -> int:
     """Write the body of ``fact`` and return its tag."""
-    if isinstance(fact, SpanStart):
-        _put_span_start(w, fact)
-        return 0
-    if isinstance(fact, SpanEnd):
-        _put_span_end(w, fact)
-        return 1
-    if isinstance(fact, SpanRuntimeId):
-        _put_runtime_id(w, fact)
-        return 2
-    if isinstance(fact, ValueOccurrence):
-        _put_occurrence(w, fact)
-        return 3
-    if isinstance(fact, ErrorCapture):
-        _put_error_capture(w, fact)
-        return 4
-    if isinstance(fact, TerminalErrorRef):
-        _put_terminal(w, fact)
-        return 5
-    if isinstance(fact, ThreadStart):
-        _put_thread_start(w, fact)
-        return 6
-    if isinstance(fact, ThreadEnd):
-        _put_thread_end(w, fact)
-        return 7
-    raise EncodeError(f"not an evidence fact: {type(fact).__name__}")
+    entry = _ENCODERS.get(type(fact))
+    if entry is None:
+        raise EncodeError(f"not an evidence fact: {type(fact).__name__}")
+    tag, put = entry
+    put(w, fact)
+    return tag
 
 
 _DECODERS: tuple[Callable[[Reader], Fact], ...] = (

@@ -166,8 +166,8 @@ class QueryEngine:
         internal: bool,
         roots_only: frozenset[str] | None = None,
     ) -> DataFrame:
-        data = self._fetch(needs, roots_only)
-        self._count_damage(needs, data, resolver)
+        data, folded = self._fetch(needs, roots_only)
+        self._count_damage(folded, resolver)
         ctx = build_session(data, internal=internal, functions=build_udfs(resolver))
         try:
             return sql(ctx, final)
@@ -176,10 +176,12 @@ class QueryEngine:
 
     def _fetch(
         self, needs: Mapping[str, Restriction], roots_only: frozenset[str] | None
-    ) -> dict[str, pa.Table]:
+    ) -> tuple[dict[str, pa.Table], list[Restriction]]:
+        """The tables the query reads, and the restrictions of the per-execution relations
+        that were folded (root rows served from the meta plane fold nothing)."""
         groups: dict[Restriction, list[str]] = {}
         data: dict[str, pa.Table] = {}
-        self._shortcut: set[str] = set()
+        folded: list[Restriction] = []
         shortcut = getattr(self._source, "root_threads", None)
         for name, restriction in sorted(needs.items()):
             if restriction is not None and not restriction:
@@ -189,7 +191,6 @@ class QueryEngine:
                 ids = None if restriction is None else sorted(restriction)
                 fetch = functools.partial(shortcut, ids, sorted(roots_only))
                 data[name] = _pad(self._serve(fetch, [name]), THREADS.schema())
-                self._shortcut.add(name)
                 continue
             groups.setdefault(restriction, []).append(name)
         for restriction, names in groups.items():
@@ -198,7 +199,8 @@ class QueryEngine:
                 functools.partial(self._source.tables, names, execution_ids=ids), names
             )
             data.update({name: served[name] for name in names if name in served})
-        return data
+            folded += [restriction for name in names if name in served and name in PER_EXECUTION]
+        return data, folded
 
     def _serve(self, fetch: Callable[[], _T], names: list[str]) -> _T:
         try:
@@ -209,22 +211,11 @@ class QueryEngine:
                 "check the store, then retry",
             ) from exc
 
-    def _count_damage(
-        self,
-        needs: Mapping[str, Restriction],
-        data: Mapping[str, pa.Table],
-        resolver: ValueResolver,
-    ) -> None:
+    def _count_damage(self, folded: list[Restriction], resolver: ValueResolver) -> None:
         """Executions the answer folded whose evidence is not whole (a missing or corrupt data
         segment, no RootEnded) count as unavailable evidence, so the outcome says
-        ``incomplete`` instead of hiding the damage. Root rows served from the meta plane
-        alone read no evidence and count nothing."""
+        ``incomplete`` instead of hiding the damage."""
         damage = getattr(self._source, "damage", None)
-        folded = [
-            restriction
-            for name, restriction in needs.items()
-            if name in PER_EXECUTION and name in data and name not in self._shortcut
-        ]
         if damage is None or not folded:
             return
         ids: set[str] = set()
