@@ -19,6 +19,8 @@ from typing import Any
 
 import click
 
+from baml_studio.cli_admin import admin_group
+from baml_studio.cli_control import serve_control
 from baml_studio.cli_gateway import serve as serve_group
 from baml_studio.cli_gateway import setup as setup_group
 from baml_studio.cli_gateway import tokens as tokens_group
@@ -100,9 +102,11 @@ def demo(store: Path, executions: int, processes: int, seed: int, report: Path |
 
 main.add_command(query_command)
 main.add_command(publish_command)
+serve_group.add_command(serve_control)
 main.add_command(serve_group)
 main.add_command(tokens_group)
 main.add_command(setup_group)
+main.add_command(admin_group)
 
 
 @main.group()

@@ -75,20 +75,36 @@ def serve() -> None:
     help="With S3 + SQS in dataplane.json: create the projection queue and its dead-letter "
     "queue and install the bucket's two notification rules before serving.",
 )
-def serve_dataplane(data: Path, host: str, port: int, setup_s3: bool) -> None:
+@click.option(
+    "--control-plane",
+    "control_plane",
+    metavar="URL",
+    default=None,
+    help="Verify publisher tokens with this control plane's public keys and revocation list "
+    "(fetched and cached) instead of the local key file DATA/keys/publisher-keys.json.",
+)
+def serve_dataplane(
+    data: Path, host: str, port: int, setup_s3: bool, control_plane: str | None
+) -> None:
     """Serve the upload gateway (publisher config, authorize, presigned PUTs) on the embedded
     defaults: a directory bucket and an SQLite projection queue under DATA, or S3 + SQS when
     DATA/dataplane.json configures them (the notification rules are verified at start, or
-    installed with --setup-s3).
+    installed with --setup-s3). Publisher tokens verify with the local key file, or with the
+    control plane's keys when --control-plane is given.
 
     Example: baml-studio serve dataplane --data ./dataplane --host 127.0.0.1 --port 8787
+    --control-plane https://control.example.com
     """
     import uvicorn
 
     from baml_studio.gateway.service import open_dataplane
     from baml_studio.objectstore.notifications import NotificationSetupError
 
-    config = _load_config(data, host, port, setup_s3)
+    if control_plane is not None and not control_plane.startswith(("http://", "https://")):
+        raise click.BadParameter(
+            f"{control_plane!r} is not an http:// or https:// URL", param_hint="--control-plane"
+        )
+    config = _load_config(data, host, port, setup_s3, control_plane)
     try:
         dataplane = open_dataplane(config)
     except OSError as exc:
@@ -176,9 +192,13 @@ def rotate(data: Path, retire: str | None) -> None:
     click.echo(ring.active)
 
 
-def _load_config(data: Path, host: str, port: int, setup_s3: bool = False) -> DataplaneConfig:
+def _load_config(
+    data: Path, host: str, port: int, setup_s3: bool = False, control_plane: str | None = None
+) -> DataplaneConfig:
     try:
-        return load_dataplane_config(data, host=host, port=port, setup_s3=setup_s3)
+        return load_dataplane_config(
+            data, host=host, port=port, setup_s3=setup_s3, control_plane_url=control_plane
+        )
     except (ValueError, TypeError) as exc:
         raise click.UsageError(f"{data}/dataplane.json: {exc}") from exc
     except OSError as exc:

@@ -24,125 +24,66 @@ details}}``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from baml_studio.format.errors import BamlStudioError
+from baml_studio.apierrors import (
+    DEFAULT_RETRY_AFTER_S,
+    ApiError,
+    BadRequest,
+    Conflict,
+    DependencyUnavailable,
+    Forbidden,
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+    TooManyRequests,
+    Unauthenticated,
+)
+from baml_studio.apierrors import error_body as _error_body
+from baml_studio.apierrors import error_headers as _error_headers
 
-DEFAULT_RETRY_AFTER_S = 1
+GatewayError = ApiError
+"""The gateway's errors are the shared API errors (:mod:`baml_studio.apierrors`)."""
 
-
-class GatewayError(BamlStudioError):
-    """One refused request; ``code`` is a stable snake_case name, ``details`` is JSON-able."""
-
-    status = 500
-    code = "internal_error"
-    retryable = False
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        code: str | None = None,
-        details: Mapping[str, Any] | None = None,
-        retry_after: int | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        if code is not None:
-            self.code = code
-        self.details: dict[str, Any] = dict(details or {})
-        self.retry_after = retry_after
-
-
-class BadRequest(GatewayError):
-    status = 400
-    code = "invalid_request"
+__all__ = [
+    "DEFAULT_RETRY_AFTER_S",
+    "BadRequest",
+    "DependencyUnavailable",
+    "Forbidden",
+    "GatewayError",
+    "InvalidKeyField",
+    "KeyringError",
+    "MethodNotAllowed",
+    "NotFound",
+    "NotProvisioned",
+    "PayloadTooLarge",
+    "TooManyRequests",
+    "Unauthenticated",
+    "error_body",
+    "error_headers",
+]
 
 
 class InvalidKeyField(BadRequest):
     code = "invalid_key_field"
 
 
-class Unauthenticated(GatewayError):
-    status = 401
-    code = "unauthenticated"
-
-
-class Forbidden(GatewayError):
-    status = 403
-    code = "forbidden"
-
-
-class NotFound(GatewayError):
-    status = 404
-    code = "not_found"
-
-
-class MethodNotAllowed(GatewayError):
-    status = 405
-    code = "method_not_allowed"
-
-
-class NotProvisioned(GatewayError):
-    status = 409
+class NotProvisioned(Conflict):
     code = "environment_not_provisioned"
 
 
-class PayloadTooLarge(GatewayError):
-    status = 413
-    code = "payload_too_large"
-
-
-class _Transient(GatewayError):
-    retryable = True
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        code: str | None = None,
-        details: Mapping[str, Any] | None = None,
-        retry_after: int | None = DEFAULT_RETRY_AFTER_S,
-    ) -> None:
-        super().__init__(message, code=code, details=details, retry_after=retry_after)
-
-
-class TooManyRequests(_Transient):
-    status = 429
-    code = "too_many_requests"
-
-
-class DependencyUnavailable(_Transient):
-    status = 503
-    code = "dependency_unavailable"
-
-
-class KeyringError(GatewayError):
+class KeyringError(ApiError):
     """The publisher token key file cannot be read, parsed or written."""
 
     status = 500
     code = "keyring_error"
 
 
-def error_body(error: GatewayError, request_id: str) -> dict[str, Any]:
+def error_body(error: ApiError, request_id: str) -> dict[str, Any]:
     """The ``ErrorResponse`` JSON for ``error``."""
-    return {
-        "error": {
-            "code": error.code,
-            "message": error.message,
-            "request_id": request_id,
-            "retryable": error.retryable,
-            "details": error.details,
-        }
-    }
+    return _error_body(error, request_id)
 
 
-def error_headers(error: GatewayError) -> dict[str, str]:
+def error_headers(error: ApiError) -> dict[str, str]:
     """``Retry-After`` for transient errors, ``WWW-Authenticate`` for 401."""
-    headers: dict[str, str] = {}
-    if error.retry_after is not None:
-        headers["Retry-After"] = str(error.retry_after)
-    if error.status == 401:
-        headers["WWW-Authenticate"] = 'Bearer realm="baml-publisher"'
-    return headers
+    return _error_headers(error, realm="baml-publisher")

@@ -8,7 +8,9 @@ Layout under ``DIR`` (embedded defaults; created on first use)::
                                    — S3 replaces the directory bucket and notifies the SQS
                                    queue ``sqs`` names (see "S3 wiring" below)
     environments.json              provisioned environments (tokens mint adds to it)
-    keys/publisher-keys.json       the local stand-in for the control plane's token keys (0600)
+    keys/publisher-keys.json       the local stand-in for the control plane's token keys (0600);
+                                   with ``control_plane_url`` (``serve dataplane --control-plane``)
+                                   the control plane's public key set and revocations replace it
     keys/presign.key               HMAC secret of the directory bucket's presigned URLs (0600)
     buckets/<bucket>/              the directory bucket
     queue/projection.sqlite3       the SQLite projection queue; the directory bucket sends the S3
@@ -35,7 +37,7 @@ import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from baml_studio.gateway.app import AsgiApp, create_app
 from baml_studio.gateway.authorize import Gateway
@@ -51,6 +53,9 @@ from baml_studio.queue.config import QueueSettings, SqliteQueueConfig, SqsQueueC
 from baml_studio.queue.errors import QueueError
 from baml_studio.queue.port import QueueSender
 from baml_studio.queue.sqlite import SqliteQueue
+
+if TYPE_CHECKING:
+    from baml_studio.control.identity_remote import RemoteKeySet
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +94,18 @@ class DataplaneConfig:
     s3_notifications: NotificationMode = "verify"
     """With ``s3`` and ``sqs``: verify the two rules at start, install them, or skip."""
 
+    control_plane_url: str | None = None
+    """When set, publisher tokens verify with the control plane's public key set and revocation
+    list (``GET /.well-known/jwks.json``, ``GET /token-revocations``, cached) instead of the
+    local key file."""
+
     def __post_init__(self) -> None:
+        if self.control_plane_url is not None and not self.control_plane_url.startswith(
+            ("http://", "https://")
+        ):
+            raise ValueError(
+                f"control_plane_url {self.control_plane_url!r} must be an http:// or https:// URL"
+            )
         if self.s3_notifications not in NOTIFICATION_MODES:
             raise ValueError(
                 f"s3_notifications={self.s3_notifications!r}; use one of {NOTIFICATION_MODES}"
@@ -111,7 +127,12 @@ class DataplaneConfig:
 
 
 def load_dataplane_config(
-    data_dir: Path, *, host: str, port: int, setup_s3: bool = False
+    data_dir: Path,
+    *,
+    host: str,
+    port: int,
+    setup_s3: bool = False,
+    control_plane_url: str | None = None,
 ) -> DataplaneConfig:
     """The configuration in ``DIR/dataplane.json`` (all optional) over the embedded defaults;
     ``setup_s3`` forces ``s3_notifications: "configure"``."""
@@ -137,6 +158,7 @@ def load_dataplane_config(
         s3=s3,
         sqs=sqs,
         s3_notifications=mode,
+        control_plane_url=control_plane_url,
     )
 
 
@@ -198,17 +220,36 @@ class Dataplane:
     notifications: NotificationStatus | None = None
     """With S3 + SQS: the projection queue and which notification rules are missing."""
 
+    key_set: RemoteKeySet | None = None
+    """With ``control_plane_url``: the control plane's keys the publisher tokens verify with."""
+
     def close(self) -> None:
         if self.queue is not None:
             self.queue.close()
+        if self.key_set is not None:
+            self.key_set.close()
 
 
-def open_dataplane(config: DataplaneConfig) -> Dataplane:
-    """Open the store (and queue) the configuration names and build the app."""
+def open_dataplane(config: DataplaneConfig, *, key_set: RemoteKeySet | None = None) -> Dataplane:
+    """Open the store (and queue) the configuration names and build the app. Publisher tokens
+    verify with the local key file, or with ``key_set`` (default: a :class:`RemoteKeySet` of
+    ``config.control_plane_url``, when set); the dataplane closes it."""
     keys = KeyRingFile(config.keys_path)
-    keys.load_or_create()
     environments = EnvironmentsFile(config.environments_path)
-    verifier = PublisherTokenVerifier(keys.load, leeway_seconds=config.gateway.token_leeway_seconds)
+    if key_set is None and config.control_plane_url is not None:
+        key_set = _remote_key_set(config.control_plane_url)
+    if key_set is None:
+        keys.load_or_create()
+        verifier = PublisherTokenVerifier(
+            keys.load, leeway_seconds=config.gateway.token_leeway_seconds
+        )
+    else:
+        remote = key_set
+        verifier = PublisherTokenVerifier(
+            lambda: remote,
+            leeway_seconds=config.gateway.token_leeway_seconds,
+            is_revoked=remote.is_revoked,
+        )
     queue: SqliteQueue | None = None
     bucket: DirectoryBucket | None = None
     store: ObjectStore
@@ -230,7 +271,18 @@ def open_dataplane(config: DataplaneConfig) -> Dataplane:
         store = bucket
     gateway = Gateway(store, verifier, environments, config.gateway)
     app = create_app(gateway, bucket=bucket)
-    return Dataplane(app, gateway, store, queue, keys, environments, notifications)
+    return Dataplane(app, gateway, store, queue, keys, environments, notifications, key_set)
+
+
+def _remote_key_set(url: str) -> RemoteKeySet:
+    """The control plane's keys and revocations, fetched once now so an unreachable control
+    plane shows in the log at start (uploads get 503 until it answers)."""
+    from baml_studio.control.identity_remote import RemoteKeySet
+
+    key_set = RemoteKeySet(url)
+    if not key_set.refresh():
+        log.warning("control plane %s did not serve its keys; uploads get 503 until it does", url)
+    return key_set
 
 
 # --- S3 wiring: the bucket's notification rules and the SQS projection queue -----------------

@@ -9,9 +9,17 @@ not passed (with a small leeway) and ``kind`` is ``publisher``.
 Rotation: :meth:`KeyRing.rotated` adds a new key and makes it the one that mints; tokens of the
 old key keep verifying until :meth:`KeyRing.without` removes it, after which they get 401.
 
-Until the control plane issues tokens, a local key ring file (``publisher-keys.json``, mode 0600)
-stands in for its key: ``{"active": kid, "keys": [{"kid", "alg", "secret" | "private_key"}]}``
-with the secret base64 and the Ed25519 private key PEM.
+A local key ring file (``publisher-keys.json``, mode 0600) stands in for the control plane's
+key by default: ``{"active": kid, "keys": [{"kid", "alg", "secret" | "private_key"}]}`` with the
+secret base64 and the Ed25519 private key PEM.
+
+Verification only needs a :class:`KeySource`: anything whose ``get(kid)`` returns a
+:class:`VerifyingKey` (``alg`` and ``verifying_material()``). A :class:`KeyRing` is one; so is
+the control plane's public key set fetched by the data plane
+(:class:`baml_studio.control.identity_remote.RemoteKeySet`), whose entries are
+:class:`PublicKey`. Tokens issued by the control plane also carry ``jti`` (the token id); when the
+verifier has an ``is_revoked`` callback, a token whose ``jti`` it reports gets 401
+``token_revoked``. Tokens without ``jti`` (``baml-studio tokens mint``) are never revoked.
 """
 
 from __future__ import annotations
@@ -21,10 +29,10 @@ import json
 import os
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import jwt
 
@@ -37,6 +45,25 @@ ALGORITHMS: tuple[Algorithm, ...] = ("HS256", "EdDSA")
 MIN_SECRET_BYTES = 32
 MAX_TTL_SECONDS = 366 * 24 * 3600
 _CLAIMS = ("tenant", "project", "environment", "kind", "exp", "kid")
+ED25519_PUBLIC_BYTES = 32
+
+
+class VerifyingKey(Protocol):
+    """What verification needs of a key: its id, algorithm and public (or shared) material."""
+
+    @property
+    def kid(self) -> str: ...
+
+    @property
+    def alg(self) -> str: ...
+
+    def verifying_material(self) -> Any: ...
+
+
+class KeySource(Protocol):
+    """Where a verifier finds keys by id: a :class:`KeyRing`, or a fetched public key set."""
+
+    def get(self, kid: str) -> VerifyingKey | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +107,74 @@ class SigningKey:
             serialization.NoEncryption(),
         )
         return cls(key_id, alg, pem)
+
+
+@dataclass(frozen=True, slots=True)
+class PublicKey:
+    """A verify-only Ed25519 key: one entry of a JWKS (RFC 7517, RFC 8037 ``OKP``)."""
+
+    kid: str
+    raw: bytes
+    """The 32-byte Ed25519 public key."""
+
+    alg: Literal["EdDSA"] = "EdDSA"
+
+    def __post_init__(self) -> None:
+        if not self.kid:
+            raise ValueError("a public key needs a non-empty kid")
+        if self.alg != "EdDSA" or len(self.raw) != ED25519_PUBLIC_BYTES:
+            raise ValueError(
+                f"key {self.kid!r}: only EdDSA keys of {ED25519_PUBLIC_BYTES} bytes are "
+                f"public keys (alg {self.alg!r}, {len(self.raw)} bytes)"
+            )
+
+    def verifying_material(self) -> Any:
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+        return Ed25519PublicKey.from_public_bytes(self.raw)
+
+    @classmethod
+    def of(cls, key: SigningKey) -> PublicKey:
+        """The public half of an ``EdDSA`` signing key (``ValueError`` for a shared secret)."""
+        if key.alg != "EdDSA":
+            raise ValueError(f"key {key.kid!r} is {key.alg}: a shared secret has no public half")
+        from cryptography.hazmat.primitives import serialization
+
+        raw = key.verifying_material().public_bytes(
+            serialization.Encoding.Raw, serialization.PublicFormat.Raw
+        )
+        return cls(key.kid, raw)
+
+    def to_jwk(self) -> dict[str, str]:
+        x = base64.urlsafe_b64encode(self.raw).rstrip(b"=").decode("ascii")
+        return {
+            "kty": "OKP",
+            "crv": "Ed25519",
+            "x": x,
+            "kid": self.kid,
+            "alg": "EdDSA",
+            "use": "sig",
+        }
+
+    @classmethod
+    def from_jwk(cls, entry: Mapping[str, Any]) -> PublicKey:
+        """From one JWK; ``ValueError`` unless it is an Ed25519 signature key with a ``kid``."""
+        shape = (
+            entry.get("kty"),
+            entry.get("crv"),
+            entry.get("alg", "EdDSA"),
+            entry.get("use", "sig"),
+        )
+        if shape != ("OKP", "Ed25519", "EdDSA", "sig"):
+            raise ValueError(f"JWK {entry.get('kid')!r} is {shape}, not an Ed25519 signature key")
+        kid, x = entry.get("kid"), entry.get("x")
+        if not isinstance(kid, str) or not isinstance(x, str):
+            raise ValueError(f"JWK {kid!r} needs string 'kid' and 'x'")
+        try:
+            raw = base64.urlsafe_b64decode(x + "=" * (-len(x) % 4))
+        except ValueError as exc:
+            raise ValueError(f"JWK {kid!r}: 'x' is not base64url: {exc}") from exc
+        return cls(kid, raw)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,11 +263,11 @@ class KeyRingFile:
                 self._stamp = stamp
         except FileNotFoundError as exc:
             raise KeyringError(
-                f"no publisher key file at {self.path}; run 'baml-studio tokens mint --data DIR …' "
-                "once to create it"
+                f"no key file at {self.path}; a gateway's is created by "
+                "'baml-studio tokens mint --data DIR …', a control plane's on first start"
             ) from exc
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise KeyringError(f"publisher key file {self.path} is unreadable: {exc}") from exc
+            raise KeyringError(f"key file {self.path} is unreadable: {exc}") from exc
         return self._ring
 
     def save(self, ring: KeyRing) -> None:
@@ -225,18 +320,27 @@ class PublisherIdentity:
     expires_at: int
     """``exp``, Unix seconds."""
 
+    token_id: str | None = None
+    """``jti`` of a control-plane-issued token; ``None`` for a locally minted one."""
+
 
 class PublisherTokenVerifier:
-    """Verifies bearer tokens against the ring ``keys()`` returns at call time."""
+    """Verifies bearer tokens against the key source ``keys()`` returns at call time.
+
+    ``is_revoked(jti)`` (optional) is asked about every token that carries a ``jti``; it may
+    raise a transient error (503) when it cannot tell.
+    """
 
     def __init__(
         self,
-        keys: Callable[[], KeyRing],
+        keys: Callable[[], KeySource],
         *,
         leeway_seconds: int = 5,
+        is_revoked: Callable[[str], bool] | None = None,
     ) -> None:
         self._keys = keys
         self._leeway = leeway_seconds
+        self._is_revoked = is_revoked
 
     def verify(self, token: str) -> PublisherIdentity:
         """The identity, or ``Unauthenticated`` (401) / ``Forbidden`` (403)."""
@@ -251,6 +355,10 @@ class PublisherTokenVerifier:
                 "the token's signing key is unknown (rotated out?); get a new publisher token",
                 code="unknown_signing_key",
             )
+        if key.alg not in ALGORITHMS:
+            raise Unauthenticated(
+                f"key {key.kid!r} has algorithm {key.alg!r}, not one of {ALGORITHMS}"
+            )
         claims = self._decode(token, key)
         if claims.get("kind") != PUBLISHER_KIND:
             raise Forbidden(
@@ -263,9 +371,18 @@ class PublisherTokenVerifier:
             scope = Scope(claims["tenant"], claims["project"], claims["environment"])
         except ValueError as exc:
             raise Unauthenticated(f"the token's scope claims are invalid: {exc}") from exc
-        return PublisherIdentity(scope, key.kid, int(claims["exp"]))
+        token_id = claims.get("jti")
+        if token_id is not None:
+            if not isinstance(token_id, str) or not token_id:
+                raise Unauthenticated("the token's jti claim is not a token id")
+            if self._is_revoked is not None and self._is_revoked(token_id):
+                raise Unauthenticated(
+                    f"publisher token {token_id} has been revoked; get a new one",
+                    code="token_revoked",
+                )
+        return PublisherIdentity(scope, key.kid, int(claims["exp"]), token_id)
 
-    def _decode(self, token: str, key: SigningKey) -> dict[str, Any]:
+    def _decode(self, token: str, key: VerifyingKey) -> dict[str, Any]:
         try:
             claims: dict[str, Any] = jwt.decode(
                 token,

@@ -1,0 +1,203 @@
+"""The control plane's ASGI app (Starlette): the Boundary workload API of ``openapi.yaml``.
+
+Routes::
+
+    GET  /projection-schemas/{catalog_version}   ProjectionSchemaSet
+    PUT  /projection-batches/{batch_id}           ProjectionBatchResponse (201 new, 200 repeat)
+    POST /projection-erasures                     ProjectionErasureResponse
+    POST /query-snapshots                         QuerySnapshot
+    POST /resident-queries                        Arrow IPC stream
+    GET  /.well-known/jwks.json                   the public key set (no token needed)
+    GET  /token-revocations                       revoked token ids (no token needed)
+    GET  /healthz                                 liveness
+
+The workload routes are also served under ``/studio-data/v1`` (the spec's server path). Every
+refusal, unknown route and internal error is JSON in the ``ErrorResponse`` shape; 429 and 503
+carry ``Retry-After``. Logs carry ids and states, never SQL text, tokens or facts.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.types import Receive, Scope, Send
+
+from baml_studio.apierrors import (
+    ApiError,
+    BadRequest,
+    Forbidden,
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+    error_body,
+    error_headers,
+)
+from baml_studio.control.service import Answer, ControlPlane
+
+log = logging.getLogger(__name__)
+
+AsgiApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+REQUEST_ID_HEADER = "x-baml-request-id"
+MAX_JSON_BODY = 1024 * 1024
+
+
+def error_response(error: ApiError, request_id: str | None) -> JSONResponse:
+    return JSONResponse(
+        error_body(error, request_id or f"cp_{uuid.uuid4().hex}"),
+        status_code=error.status,
+        headers=error_headers(error, realm="baml-workload"),
+    )
+
+
+def _respond(answer: Answer) -> Response:
+    headers = dict(answer.headers or {})
+    if answer.json is not None:
+        return JSONResponse(answer.json, status_code=answer.status, headers=headers)
+    return Response(answer.body or b"", answer.status, headers, media_type=answer.media_type)
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(
+            f"the request body has {declared} bytes; the limit is {limit}", code="request_too_large"
+        )
+    chunks: list[bytes] = []
+    total = 0
+    async for chunk in request.stream():
+        total += len(chunk)
+        if total > limit:
+            raise PayloadTooLarge(
+                f"the request body exceeds {limit} bytes", code="request_too_large"
+            )
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def create_app(control: ControlPlane) -> AsgiApp:
+    batch_limit = control.config.batch_limits.max_body_bytes
+
+    def _headers(request: Request) -> dict[str, str]:
+        return {name.lower(): value for name, value in request.headers.items()}
+
+    def _request_id(headers: dict[str, str], refusal: type[ApiError]) -> str:
+        value = headers.get(REQUEST_ID_HEADER, "").strip()
+        if not value:
+            raise refusal("the X-Baml-Request-Id header is required", code="missing_request_id")
+        return value
+
+    async def _run(
+        request: Request,
+        operation: str,
+        call: Callable[[dict[str, str], bytes], Answer],
+        limit: int,
+        *,
+        missing_request_id: type[ApiError] = BadRequest,
+    ) -> Response:
+        headers = _headers(request)
+        request_id = headers.get(REQUEST_ID_HEADER)
+        try:
+            _request_id(headers, missing_request_id)
+            body = await _read_body(request, limit) if request.method in ("PUT", "POST") else b""
+            answer = await run_in_threadpool(call, headers, body)
+        except ApiError as exc:
+            log.info(
+                "%s refused request_id=%s status=%d code=%s",
+                operation,
+                request_id,
+                exc.status,
+                exc.code,
+            )
+            return error_response(exc, request_id)
+        return _respond(answer)
+
+    async def projection_schemas(request: Request) -> Response:
+        version = request.path_params["catalog_version"]
+        # getProjectionSchemas documents no 400: a missing request id is refused with 403
+        return await _run(
+            request,
+            "projection_schemas",
+            lambda h, _b: control.projection_schemas(h, version),
+            0,
+            missing_request_id=Forbidden,
+        )
+
+    async def projection_batch(request: Request) -> Response:
+        batch_id = request.path_params["batch_id"]
+        return await _run(
+            request, "projection_batch", lambda h, b: control.put_batch(h, batch_id, b), batch_limit
+        )
+
+    async def projection_erasure(request: Request) -> Response:
+        return await _run(request, "projection_erasure", control.erase, MAX_JSON_BODY)
+
+    async def query_snapshot(request: Request) -> Response:
+        return await _run(request, "query_snapshot", control.snapshot, MAX_JSON_BODY)
+
+    async def resident_query(request: Request) -> Response:
+        return await _run(request, "resident_query", control.resident_query, MAX_JSON_BODY)
+
+    async def jwks(request: Request) -> Response:
+        return _respond(await run_in_threadpool(control.jwks))
+
+    async def revocations(request: Request) -> Response:
+        try:
+            return _respond(await run_in_threadpool(control.revocations))
+        except ApiError as exc:
+            return error_response(exc, request.headers.get(REQUEST_ID_HEADER))
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        error: ApiError
+        if status == 405:
+            error = MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}")
+        elif status == 404:
+            error = NotFound(f"no route {request.method} {request.url.path}")
+        else:
+            error = ApiError(f"HTTP {status}")
+            error.status = status
+        response = error_response(error, request.headers.get(REQUEST_ID_HEADER))
+        if isinstance(exc, HTTPException) and exc.headers:
+            response.headers.update(exc.headers)
+        return response
+
+    async def internal(request: Request, exc: Exception) -> Response:
+        log.error(
+            "control plane internal error on %s: %s",
+            request.url.path,
+            type(exc).__name__,
+            exc_info=exc,
+        )
+        return error_response(
+            ApiError("internal error; retry later or report it"),
+            request.headers.get(REQUEST_ID_HEADER),
+        )
+
+    workload = [
+        Route("/projection-schemas/{catalog_version}", projection_schemas, methods=["GET"]),
+        Route("/projection-batches/{batch_id}", projection_batch, methods=["PUT"]),
+        Route("/projection-erasures", projection_erasure, methods=["POST"]),
+        Route("/query-snapshots", query_snapshot, methods=["POST"]),
+        Route("/resident-queries", resident_query, methods=["POST"]),
+    ]
+    return Starlette(
+        routes=[
+            *workload,
+            Mount("/studio-data/v1", routes=workload),
+            Route("/.well-known/jwks.json", jwks, methods=["GET"]),
+            Route("/token-revocations", revocations, methods=["GET"]),
+            Route("/healthz", healthz, methods=["GET"]),
+        ],
+        exception_handlers={HTTPException: http_error, Exception: internal},
+    )

@@ -1,0 +1,86 @@
+"""Configuration of the control plane, read once at the entry point.
+
+``baml-studio serve control --data DIR`` uses the embedded defaults under ``DIR``::
+
+    control.json            optional: {"metastore_url", "facts_dsn", "facts_database",
+                            "snapshot_ttl_s", "max_concurrent_queries", "resident_caps": {...},
+                            "batch_limits": {...}}
+    metastore.db            SQLite metastore (default ``metastore_url``)
+    chdb/                   embedded ClickHouse (default ``facts_dsn`` = ``chdb://DIR/chdb``)
+    control-keys.json       the Ed25519 signing key ring (0600), created on first start
+
+A PostgreSQL or MySQL metastore and a ClickHouse server are chosen by URL alone
+(``postgresql+psycopg://…``, ``mysql+pymysql://…``, ``https://user:pass@host:8443``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from baml_studio.control.ingest import BatchLimits
+from baml_studio.control.resident import ResidentBudget
+
+DEFAULT_RESIDENT_CAPS = ResidentBudget(
+    max_wall_ms=30_000,
+    max_rows_read=2_000_000_000,
+    max_bytes_read=200 * 1024**3,
+    max_result_rows=10_000_000,
+    max_result_bytes=2 * 1024**3,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ControlConfig:
+    data_dir: Path
+    """Data directory of the embedded defaults (layout in the module docstring)."""
+
+    metastore_url: str
+    """SQLAlchemy URL of the metastore."""
+
+    facts_dsn: str
+    """clickhouse-connect DSN of the fact store: ``chdb:///path`` or ``https://…``."""
+
+    facts_database: str = "baml_facts"
+    """ClickHouse database holding the fact tables and the batch ledger."""
+
+    snapshot_ttl_s: int = 60
+    """Lifetime of a query snapshot."""
+
+    max_concurrent_queries: int = 8
+    """Resident queries running at once; more get 429 with Retry-After."""
+
+    resident_caps: ResidentBudget = DEFAULT_RESIDENT_CAPS
+    """Upper bounds applied to every resident query's budget."""
+
+    batch_limits: BatchLimits = field(default_factory=BatchLimits)
+    """Size limits of projection batch bodies."""
+
+    @property
+    def keys_path(self) -> Path:
+        return self.data_dir / "control-keys.json"
+
+    @classmethod
+    def from_data_dir(cls, data_dir: Path, **overrides: Any) -> ControlConfig:
+        """Defaults under ``data_dir``, then ``control.json``, then ``overrides``."""
+        data_dir = data_dir.resolve()
+        settings: dict[str, Any] = {
+            "metastore_url": f"sqlite:///{data_dir / 'metastore.db'}",
+            "facts_dsn": f"chdb://{data_dir / 'chdb'}",
+        }
+        path = data_dir / "control.json"
+        if path.exists():
+            raw = json.loads(path.read_text("utf-8"))
+            known = {f.name for f in fields(cls)} - {"data_dir"}
+            unknown = sorted(set(raw) - known)
+            if unknown:
+                raise ValueError(f"{path}: unknown settings {unknown}; known: {sorted(known)}")
+            if "resident_caps" in raw:
+                raw["resident_caps"] = ResidentBudget(**raw["resident_caps"])
+            if "batch_limits" in raw:
+                raw["batch_limits"] = BatchLimits(**raw["batch_limits"])
+            settings.update(raw)
+        settings.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(data_dir=data_dir, **settings)

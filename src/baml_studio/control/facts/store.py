@@ -1,0 +1,245 @@
+"""The fact store: public facts in ClickHouse (embedded chDB or a server) behind one class.
+
+:meth:`FactStore.put_batch` makes a batch visible exactly once per ``(scope, generation,
+batch_id)``. Ledger decisions are serialised per key in-process (ClickHouse has no
+compare-and-set); batches of one relation waiting at the same time are decided by one ledger
+lookup and written by one fact insert and one ledger insert (:mod:`.coalesce`), rows first,
+ledger second. :meth:`FactStore.erase` deletes facts by root. :meth:`FactStore.query_arrow`
+runs one caller query on a fresh read-only client with budgets. Only our errors leave.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+import pyarrow as pa
+
+from baml_studio.catalog.schema import PUBLIC_RELATIONS
+from baml_studio.control.facts.batch import (
+    BatchKey,
+    BatchResult,
+    FactStoreStats,
+    check_batch,
+    fact_rows,
+)
+from baml_studio.control.facts.budget import budget_settings
+from baml_studio.control.facts.coalesce import (
+    Coalescer,
+    CoalescerClosed,
+    GroupWriteFailed,
+    Pending,
+)
+from baml_studio.control.facts.config import FactStoreConfig
+from baml_studio.control.facts.connection import ClientPool, Connector, close_quietly, translate
+from baml_studio.control.facts.ddl import (
+    LEDGER_TABLE,
+    in_list_sql,
+    public_relation,
+    schema_sql,
+    scope_where_sql,
+)
+from baml_studio.control.facts.errors import BatchConflict, FactStoreUnavailable
+from baml_studio.control.facts.ledger import KeyLocks, LedgerCache, LedgerEntry, ScopeGate
+from baml_studio.control.facts.tables import CLIENT_ERRORS, Tables, batch_where
+from baml_studio.gateway.config import Scope
+
+ERASE_CHUNK = 1000
+"""Root ids per ``ALTER TABLE … DELETE`` (the erasure API sends at most 1,000)."""
+
+
+class FactStorePort(Protocol):
+    """What the control plane's handlers need of a fact store."""
+
+    def put_batch(self, key: BatchKey, rows: pa.Table, content_digest: str) -> BatchResult: ...
+
+    def erase(self, scope: Scope, generation: str, root_ids: Sequence[str]) -> None: ...
+
+    def query_arrow(self, sql: str, settings: Mapping[str, int | float | str]) -> pa.Table: ...
+
+    def batch_state(
+        self, scope: Scope, generation: str, batch_id: str
+    ) -> tuple[str, int] | None: ...
+
+
+class FactStore:
+    """Public facts of every scope and generation in one ClickHouse database."""
+
+    def __init__(self, config: FactStoreConfig, connector: Connector) -> None:
+        self.config = config
+        self.stats = FactStoreStats()
+        self._connector = connector
+        self._pool = ClientPool(connector)
+        self._tables = Tables(self._pool, config.database)
+        self._cache = LedgerCache(config.ledger_cache_entries)
+        self._key_locks = KeyLocks()
+        self._gate = ScopeGate()
+        self._coalescer = Coalescer(
+            self._write_group,
+            linger_s=config.coalesce_linger_ms / 1000,
+            max_rows=config.coalesce_max_rows,
+        )
+
+    @classmethod
+    def connect(cls, config: FactStoreConfig) -> FactStore:
+        """Open the store and check ClickHouse answers: :class:`FactStoreUnavailable` if it
+        does not, :class:`ChdbPathInUse` for a second chDB path in this process."""
+        store = cls(config, Connector(config))
+        store._tables.command("connect", "SELECT 1")
+        return store
+
+    def close(self) -> None:
+        """Write what is queued, stop the flushers and close the pooled clients."""
+        self._coalescer.close()
+        self._pool.close()
+
+    def __enter__(self) -> FactStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def ensure_schema(self) -> None:
+        """Create the database, the six relation tables and the ledger (idempotent)."""
+        for statement in schema_sql(self.config.database):
+            self._tables.command("ensure_schema", statement)
+
+    # ----------------------------------------------------------------------------- writes
+
+    def put_batch(self, key: BatchKey, rows: pa.Table, content_digest: str) -> BatchResult:
+        """Make ``rows`` (exactly ``key.relation``'s public schema) visible as batch ``key``.
+
+        ``existing`` when the same digest is already visible (nothing written);
+        :class:`BatchConflict` when another digest (or another root, relation or partition)
+        is visible under the id; else ``created`` once rows and ledger row are visible. Rows
+        already written without their ledger row (a crash between the two) are not written
+        again: only the ledger row is. :class:`FactStoreUnavailable` is transient."""
+        check_batch(key, rows, content_digest)
+        with self._gate.shared(key.scope, key.generation), self._key_locks.hold(key.ledger_key):
+            cached = self._cache.get(key.ledger_key)
+            if cached is not None:
+                self.stats.add(cache_hits=1)
+                return self._visible(key, cached, content_digest)
+            item = Pending(key, rows, content_digest)
+            try:
+                return self._coalescer.submit(item)
+            except (CoalescerClosed, GroupWriteFailed) as exc:
+                raise FactStoreUnavailable(str(exc), details={"batch_id": key.batch_id}) from exc
+            finally:
+                if item.visible is not None:
+                    self._cache.put(key.ledger_key, item.visible)
+
+    def _visible(self, key: BatchKey, entry: LedgerEntry, content_digest: str) -> BatchResult:
+        """The answer to a put of ``key`` when ``entry`` is visible under its id."""
+        if entry != key.entry(content_digest, entry.row_count):
+            raise BatchConflict(
+                f"batch {key.batch_id!r} of generation {key.generation!r} is already visible "
+                f"with digest {entry.content_digest} ({entry.relation} partition "
+                f"{entry.partition} of root {entry.root_id}); a batch id is written once. "
+                "Rebuild into a new generation to change it",
+                details={
+                    "batch_id": key.batch_id,
+                    "generation": key.generation,
+                    "visible_content_digest": entry.content_digest,
+                },
+            )
+        self.stats.add(existing=1)
+        return BatchResult("existing", entry.row_count)
+
+    def _write_group(self, relation: str, group: Sequence[Pending]) -> None:
+        """Decide and write one coalesced group (on the relation's flusher thread): one
+        lookup, then one fact insert for the new batches, then one ledger insert."""
+        visible, present = self._tables.lookup(relation, [item.key for item in group])
+        new: list[Pending] = []
+        recovered: list[Pending] = []
+        for item in group:
+            entry = visible.get(item.key.ledger_key)
+            if entry is not None:
+                item.visible = entry
+                try:
+                    item.result = self._visible(item.key, entry, item.content_digest)
+                except BatchConflict as exc:
+                    item.error = exc
+            elif present.get(item.key.ledger_key) and self._recover(item):
+                recovered.append(item)
+            else:
+                new.append(item)
+        if new:
+            table = pa.concat_tables([fact_rows(item.key, item.rows) for item in new])
+            self._tables.insert_facts(relation, table)
+            self.stats.add(inserts=1, batches=len(new), rows=table.num_rows)
+        written = [*new, *recovered]
+        if written:
+            self._tables.insert_ledger(
+                [(item.key, item.content_digest, item.rows.num_rows) for item in written]
+            )
+            self.stats.add(ledger_inserts=1, recovered=len(recovered))
+        for item in written:
+            item.visible = item.key.entry(item.content_digest, item.rows.num_rows)
+            item.result = BatchResult("created", item.rows.num_rows)
+
+    def _recover(self, item: Pending) -> bool:
+        """Whether the rows already stored under the batch are exactly its rows (then only
+        its ledger row is missing). Rows that differ are deleted, so it is written whole."""
+        if self._tables.batch_rows(item.key).equals(item.rows):
+            return True
+        self._tables.delete(item.key.relation, batch_where(item.key))
+        return False
+
+    def erase(self, scope: Scope, generation: str, root_ids: Sequence[str]) -> None:
+        """Delete every fact row and ledger row of the listed roots in ``scope`` and
+        ``generation``; return once the delete is visible. Idempotent. Puts of the same scope
+        and generation wait meanwhile. Ledger rows go first: a crash midway leaves rows
+        without a ledger row, which a retried erasure deletes and a re-put completes."""
+        roots = sorted(set(root_ids))
+        if not roots:
+            return
+        scope_sql = scope_where_sql(scope, generation)
+        chunks = [roots[i : i + ERASE_CHUNK] for i in range(0, len(roots), ERASE_CHUNK)]
+        with self._gate.exclusive(scope, generation):
+            try:
+                for chunk in chunks:
+                    where = f"{scope_sql} AND {in_list_sql('root_id', chunk)}"
+                    self._tables.delete(LEDGER_TABLE, where)
+            finally:
+                self._cache.drop_roots(scope, generation, frozenset(roots))
+            for relation in PUBLIC_RELATIONS:
+                for chunk in chunks:
+                    where = f"{scope_sql} AND {in_list_sql('_root_id', chunk)}"
+                    self._tables.delete(relation.name, where)
+        self.stats.add(erasures=1)
+
+    # ------------------------------------------------------------------------------ reads
+
+    def query_arrow(self, sql: str, settings: Mapping[str, int | float | str]) -> pa.Table:
+        """Run one caller query on a fresh client, closed afterwards: the caller's settings
+        in order, lowered to the configured caps, then ``readonly=1`` last.
+        :class:`BudgetExceeded` (``details["limit"]``), :class:`QueryRejected` or
+        :class:`FactStoreUnavailable` on failure."""
+        effective = budget_settings(settings, self.config.query_caps)
+        client = self._connector.open()
+        try:
+            table = client.query_arrow(sql, settings=effective)
+        except CLIENT_ERRORS as exc:
+            raise translate(exc, "query") from exc
+        finally:
+            close_quietly(client)
+        self.stats.add(queries=1)
+        return table
+
+    def count(self, relation: str, scope: Scope, generation: str) -> int:
+        """Rows stored for ``relation`` in ``scope`` and ``generation`` (every copy)."""
+        rel = public_relation(relation)
+        return self._tables.count(rel.name, scope_where_sql(scope, generation))
+
+    def rows(self, relation: str, scope: Scope, generation: str) -> pa.Table:
+        """The public rows stored for ``relation`` in ``scope`` and ``generation``, in write
+        order (root, batch, position), with the relation's public schema."""
+        rel = public_relation(relation)
+        return self._tables.select_public(rel.name, scope_where_sql(scope, generation))
+
+    def batch_state(self, scope: Scope, generation: str, batch_id: str) -> tuple[str, int] | None:
+        """``(content_digest, row_count)`` of a visible batch, else ``None``."""
+        key = (scope, generation, batch_id)
+        entry = self._cache.get(key) or self._tables.read_ledger(scope, generation, batch_id)
+        return None if entry is None else (entry.content_digest, entry.row_count)

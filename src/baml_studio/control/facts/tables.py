@@ -1,0 +1,185 @@
+"""The store's own statements against its database, on pooled clients.
+
+Each method is one statement. Any failure is :class:`FactStoreUnavailable`: the store's
+statements are right by construction, so a failure is the store's, not the caller's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import pyarrow as pa
+from clickhouse_connect.driver.client import Client
+from clickhouse_connect.driver.exceptions import ClickHouseError
+
+from baml_studio.apierrors import ApiError
+from baml_studio.catalog.split import public_schema
+from baml_studio.control.facts.batch import BatchKey, ledger_rows
+from baml_studio.control.facts.connection import ClientPool, translate
+from baml_studio.control.facts.ddl import (
+    LEDGER_TABLE,
+    SCOPE_COLUMNS,
+    eq_sql,
+    ident,
+    public_relation,
+    qualified,
+    scope_where_sql,
+    tuple_in_sql,
+)
+from baml_studio.control.facts.errors import FactStoreUnavailable
+from baml_studio.control.facts.ledger import LedgerEntry, LedgerKey
+from baml_studio.gateway.config import Scope
+
+T = TypeVar("T")
+
+CLIENT_ERRORS = (ClickHouseError, RuntimeError, OSError)
+"""What ``clickhouse_connect`` and raw ``chdb`` raise."""
+
+INSERT_SETTINGS: dict[str, int] = {
+    "async_insert": 0,
+    "insert_deduplicate": 0,
+    "optimize_on_insert": 0,
+}
+"""Synchronous inserts (visible on return) that a server never deduplicates away: a batch
+written again after its erasure must land even when its bytes are identical."""
+
+WRITE_ORDER = ("_root_id", "_batch_id", "_row")
+
+
+class Tables:
+    """Statements on one database's fact tables and ledger."""
+
+    def __init__(self, pool: ClientPool, database: str) -> None:
+        self.pool = pool
+        self.database = database
+
+    def run(self, doing: str, call: Callable[[Client], T]) -> T:
+        """``call`` on a pooled client, its failures as :class:`FactStoreUnavailable`."""
+        try:
+            with self.pool.client() as client:
+                return call(client)
+        except ApiError:
+            raise
+        except CLIENT_ERRORS as exc:
+            error = translate(exc, doing)
+            raise FactStoreUnavailable(error.message, details=error.details) from exc
+
+    def command(self, doing: str, statement: str) -> None:
+        self.run(doing, lambda client: client.command(statement))
+
+    def count(self, relation: str, where: str) -> int:
+        sql = f"SELECT count() FROM {qualified(self.database, relation)} WHERE {where}"
+        rows = self.run(f"count {relation}", lambda client: client.query(sql).result_rows)
+        return int(rows[0][0])
+
+    def select_public(self, relation: str, where: str) -> pa.Table:
+        """The public columns of the matching rows, in write order, with the public schema."""
+        schema = public_schema(public_relation(relation))
+        columns = ", ".join(ident(name) for name in schema.names)
+        order = ", ".join(ident(c) for c in WRITE_ORDER)
+        sql = (
+            f"SELECT {columns} FROM {qualified(self.database, relation)} "
+            f"WHERE {where} ORDER BY {order}"
+        )
+        table = self.run(f"read {relation}", lambda client: client.query_arrow(sql))
+        return table.cast(schema)
+
+    def batch_rows(self, key: BatchKey) -> pa.Table:
+        """The public rows stored under one batch's ``_root_id`` and ``_batch_id``."""
+        return self.select_public(key.relation, batch_where(key))
+
+    def read_ledger(self, scope: Scope, generation: str, batch_id: str) -> LedgerEntry | None:
+        where = f"{scope_where_sql(scope, generation)} AND {eq_sql('batch_id', batch_id)}"
+        found = self._ledger(where)
+        return found.get((scope, generation, batch_id))
+
+    def lookup(
+        self, relation: str, keys: Sequence[BatchKey]
+    ) -> tuple[dict[LedgerKey, LedgerEntry], dict[LedgerKey, int]]:
+        """For a group of batches of one relation, in one statement: the visible ledger
+        entries, and how many rows each batch already has in the relation table."""
+        ledger_where = tuple_in_sql(
+            (*SCOPE_COLUMNS, "batch_id"), [(*_scope_values(k), k.batch_id) for k in keys]
+        )
+        group_by = (*SCOPE_COLUMNS, "_root_id", "_batch_id")
+        batches = tuple_in_sql(group_by, [(*_scope_values(k), k.root_id, k.batch_id) for k in keys])
+        scope = ", ".join(ident(c) for c in SCOPE_COLUMNS)
+        rows_sql = (
+            f"SELECT {scope}, {ident('_batch_id')}, 0, '', count(), {ident('_root_id')}, '', 0 "
+            f"FROM {qualified(self.database, relation)} WHERE {batches} "
+            f"GROUP BY {', '.join(ident(c) for c in group_by)}"
+        )
+        sql = f"({self._ledger_sql(ledger_where)}) UNION ALL ({rows_sql})"
+        visible: dict[LedgerKey, LedgerEntry] = {}
+        present: dict[LedgerKey, int] = {}
+        for row in self.run("batch lookup", lambda client: client.query(sql).result_rows):
+            key, is_ledger, entry = _ledger_row(row)
+            if is_ledger:
+                visible[key] = entry
+            else:
+                present[key] = present.get(key, 0) + entry.row_count
+        return visible, present
+
+    def _ledger(self, where: str) -> dict[LedgerKey, LedgerEntry]:
+        rows = self.run("ledger read", lambda client: client.query(self._ledger_sql(where)))
+        return {key: entry for key, _, entry in map(_ledger_row, rows.result_rows)}
+
+    def _ledger_sql(self, where: str) -> str:
+        """Ledger rows in the shape of :func:`_ledger_row` (kind 1)."""
+        head = ", ".join(ident(c) for c in (*SCOPE_COLUMNS, "batch_id"))
+        tail = ", ".join(
+            ident(c) for c in ("content_digest", "row_count", "root_id", "relation", "partition")
+        )
+        return (
+            f"SELECT {head}, 1, {tail} "
+            f"FROM {qualified(self.database, LEDGER_TABLE)} FINAL WHERE {where}"
+        )
+
+    def insert_facts(self, relation: str, table: pa.Table) -> None:
+        self.run(
+            f"insert into {relation}",
+            lambda client: client.insert_arrow(
+                relation, table, database=self.database, settings=INSERT_SETTINGS
+            ),
+        )
+
+    def insert_ledger(self, batches: Sequence[tuple[BatchKey, str, int]]) -> None:
+        table = ledger_rows(batches, time.time_ns() // 1_000_000)
+        self.run(
+            "ledger insert",
+            lambda client: client.insert_arrow(
+                LEDGER_TABLE, table, database=self.database, settings=INSERT_SETTINGS
+            ),
+        )
+
+    def delete(self, table: str, where: str) -> None:
+        """A synchronous mutation: it rewrites the parts (so erased values do not stay on
+        disk behind a lightweight delete's mask) and returns once every replica applied it."""
+        self.command(
+            f"delete from {table}",
+            f"ALTER TABLE {qualified(self.database, table)} DELETE WHERE {where} "
+            "SETTINGS mutations_sync = 2",
+        )
+
+
+def batch_where(key: BatchKey) -> str:
+    return (
+        f"{scope_where_sql(key.scope, key.generation)} AND {eq_sql('_root_id', key.root_id)} "
+        f"AND {eq_sql('_batch_id', key.batch_id)}"
+    )
+
+
+def _scope_values(key: BatchKey) -> tuple[str, str, str, str]:
+    return (key.scope.tenant, key.scope.project, key.scope.environment, key.generation)
+
+
+def _ledger_row(row: Sequence[Any]) -> tuple[LedgerKey, bool, LedgerEntry]:
+    """``(key, is_ledger_row, entry)`` of one row of :meth:`Tables.lookup`: tenant, project,
+    environment, generation, batch id, 1 (ledger) or 0 (a row count), digest, row count,
+    root id, relation, partition."""
+    tenant, project, environment, generation, batch_id, kind, digest, count, root, rel, part = row
+    key = (Scope(tenant, project, environment), str(generation), str(batch_id))
+    entry = LedgerEntry(str(digest), int(count), str(root), str(rel), int(part))
+    return key, int(kind) == 1, entry

@@ -1,0 +1,225 @@
+"""``PUT /projection-batches/{batch_id}``: the request checks that need no identity or store.
+
+:func:`parse_batch` reads every header of the contract, decompresses the zstd body within its
+limits, checks ``X-Baml-Content-Digest`` against the SHA-256 of the uncompressed Arrow IPC
+stream, decodes it and checks that its schema is exactly the registered schema of the relation
+(names, order, types, nullability): an unknown field, a missing field, a wrong type or a private
+column such as ``call_site_file`` is refused with the difference in ``details`` and nothing is
+written. Rows of a relation with ``execution_id`` must all belong to ``X-Baml-Root-Id``, so a
+projection erasure by root id removes every fact a batch wrote.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import zstandard
+
+from baml_studio.apierrors import BadRequest, PayloadTooLarge
+from baml_studio.catalog.schema import RELATIONS
+from baml_studio.control.schemas import PUBLIC_RELATION_NAMES, registered_schema
+
+BATCH_ID = re.compile(r"^[A-Za-z0-9._:-]{1,256}$")
+DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+PRIVATE_COLUMNS: dict[str, frozenset[str]] = {
+    r.name: frozenset(c.name for c in r.private_columns()) for r in RELATIONS
+}
+
+
+class SchemaMismatch(BadRequest):
+    code = "schema_mismatch"
+
+
+class PrivateColumn(BadRequest):
+    code = "private_column"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchLimits:
+    max_body_bytes: int = 64 * 1024 * 1024
+    """Largest compressed body."""
+
+    max_uncompressed_bytes: int = 512 * 1024 * 1024
+    """Largest Arrow IPC stream after decompression."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRequest:
+    batch_id: str
+    root_id: str
+    project_id: str
+    environment_id: str
+    relation: str
+    partition: int
+    generation: str
+    content_digest: str
+    table: pa.Table
+
+
+def _header(headers: Mapping[str, str], name: str) -> str:
+    value = headers.get(name.lower())
+    if value is None or value == "":
+        raise BadRequest(
+            f"the {name} header is required", code="missing_header", details={"header": name}
+        )
+    return value
+
+
+def parse_headers(headers: Mapping[str, str], batch_id: str) -> BatchRequest:
+    """Every header and the path, checked; ``table`` left empty (see :func:`parse_batch`)."""
+    if not BATCH_ID.match(batch_id):
+        raise BadRequest(
+            "batch_id must be 1–256 characters of A–Z a–z 0–9 . _ : -",
+            code="invalid_batch_id",
+        )
+    encoding = _header(headers, "Content-Encoding")
+    if encoding.strip().lower() != "zstd":
+        raise BadRequest(
+            f"Content-Encoding must be zstd, not {encoding!r}", code="unsupported_encoding"
+        )
+    root_id = _header(headers, "X-Baml-Root-Id")
+    if len(root_id) > 256:
+        raise BadRequest("X-Baml-Root-Id is longer than 256 characters", code="invalid_root_id")
+    relation = _header(headers, "X-Baml-Relation")
+    if relation not in PUBLIC_RELATION_NAMES:
+        raise BadRequest(
+            f"X-Baml-Relation {relation!r} is not a registered public relation; "
+            f"one of {sorted(PUBLIC_RELATION_NAMES)}",
+            code="unknown_relation",
+        )
+    partition_text = _header(headers, "X-Baml-Partition")
+    if not partition_text.isdigit() or len(partition_text) > 9:
+        raise BadRequest(
+            f"X-Baml-Partition must be an integer from 0, not {partition_text!r}",
+            code="invalid_partition",
+        )
+    digest = _header(headers, "X-Baml-Content-Digest")
+    if not DIGEST.match(digest):
+        raise BadRequest(
+            "X-Baml-Content-Digest must be sha256: and 64 lowercase hex digits",
+            code="invalid_digest",
+        )
+    return BatchRequest(
+        batch_id=batch_id,
+        root_id=root_id,
+        project_id=_header(headers, "X-Baml-Project-Id"),
+        environment_id=_header(headers, "X-Baml-Environment-Id"),
+        relation=relation,
+        partition=int(partition_text),
+        generation=_header(headers, "X-Baml-Projection-Generation"),
+        content_digest=digest,
+        table=pa.table({}),
+    )
+
+
+def decompress(body: bytes, limits: BatchLimits) -> bytes:
+    if len(body) > limits.max_body_bytes:
+        raise PayloadTooLarge(
+            f"the batch body has {len(body)} bytes; the limit is {limits.max_body_bytes}",
+            code="batch_too_large",
+        )
+    try:
+        reader = zstandard.ZstdDecompressor().stream_reader(body)
+        raw = reader.read(limits.max_uncompressed_bytes + 1)
+    except zstandard.ZstdError as exc:
+        raise BadRequest(f"the body is not a zstd frame: {exc}", code="invalid_body") from exc
+    if len(raw) > limits.max_uncompressed_bytes:
+        raise PayloadTooLarge(
+            f"the uncompressed batch exceeds {limits.max_uncompressed_bytes} bytes",
+            code="batch_too_large",
+        )
+    return raw
+
+
+def decode_arrow(raw: bytes) -> pa.Table:
+    try:
+        with pa.ipc.open_stream(pa.BufferReader(raw)) as reader:
+            return reader.read_all()
+    except (pa.ArrowInvalid, pa.ArrowException, OSError, ValueError) as exc:
+        raise BadRequest(
+            f"the body is not an Arrow IPC stream: {exc}", code="invalid_body"
+        ) from exc
+
+
+def check_schema(relation: str, schema: pa.Schema) -> None:
+    """Refuse any difference from the registered schema, private columns first."""
+    expected = registered_schema(relation)
+    names = schema.names
+    private = sorted(PRIVATE_COLUMNS[relation].intersection(names))
+    if private:
+        raise PrivateColumn(
+            f"{relation} batch carries private columns {private}; values, source locations "
+            "and thread names stay in the data plane",
+            details={"relation": relation, "private_columns": private},
+        )
+    if schema.equals(expected, check_metadata=False):
+        return
+    unknown = [n for n in names if n not in expected.names]
+    missing = [n for n in expected.names if n not in names]
+    different = [
+        {
+            "name": f.name,
+            "expected": str(expected.field(f.name).type),
+            "got": str(f.type),
+            "expected_nullable": expected.field(f.name).nullable,
+            "got_nullable": f.nullable,
+        }
+        for f in schema
+        if f.name in expected.names and not f.equals(expected.field(f.name), check_metadata=False)
+    ]
+    order_differs = not unknown and not missing and not different
+    raise SchemaMismatch(
+        f"{relation} batch schema differs from the registered schema "
+        f"(GET /projection-schemas/{{catalog_version}})",
+        details={
+            "relation": relation,
+            "unknown_fields": unknown,
+            "missing_fields": missing,
+            "type_differences": different,
+            "order_differs": order_differs,
+        },
+    )
+
+
+def check_rows(request: BatchRequest, table: pa.Table) -> pa.Table:
+    """Non-null columns hold no nulls; every ``execution_id`` is the batch's root id."""
+    expected = registered_schema(request.relation)
+    for field in expected:
+        if not field.nullable and table.column(field.name).null_count:
+            raise SchemaMismatch(
+                f"column {field.name} is not nullable but holds nulls",
+                details={"relation": request.relation, "column": field.name},
+            )
+    if "execution_id" in expected.names and table.num_rows:
+        others = pc.sum(pc.not_equal(table.column("execution_id"), request.root_id)).as_py()
+        if others:
+            raise BadRequest(
+                f"{others} rows have an execution_id other than X-Baml-Root-Id",
+                code="root_mismatch",
+                details={"root_id": request.root_id},
+            )
+    return table.cast(expected)
+
+
+def parse_batch(
+    headers: Mapping[str, str], batch_id: str, body: bytes, limits: BatchLimits
+) -> BatchRequest:
+    """The whole request checked and decoded (no identity, scope or generation checks)."""
+    request = parse_headers(headers, batch_id)
+    raw = decompress(body, limits)
+    actual = "sha256:" + hashlib.sha256(raw).hexdigest()
+    if actual != request.content_digest:
+        raise BadRequest(
+            "X-Baml-Content-Digest does not match the SHA-256 of the uncompressed body",
+            code="digest_mismatch",
+            details={"declared": request.content_digest, "actual": actual},
+        )
+    table = decode_arrow(raw)
+    check_schema(request.relation, table.schema)
+    table = check_rows(request, table)
+    return replace(request, table=table)

@@ -1,0 +1,397 @@
+"""The control plane's operations over its stores, independent of HTTP.
+
+:class:`ControlPlane` holds the metastore, the fact store and the signing key ring, and answers
+the five workload operations of ``openapi.yaml`` plus the public key set and the revocation list.
+Every operation authenticates a workload token first, then derives scope from it and the
+metastore: the tenant is the token's, and the environment must be assigned to the token's
+deployment. A scope in a header or body is compared against that and refused with 403 when it
+differs; it never widens what the token reaches.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pydantic import ValidationError
+
+from baml_studio.apierrors import (
+    ApiError,
+    BadRequest,
+    Conflict,
+    DependencyUnavailable,
+    Forbidden,
+    NotFound,
+    TooManyRequests,
+)
+from baml_studio.control import snapshots
+from baml_studio.control.config import ControlConfig
+from baml_studio.control.facts import BatchKey, FactStore, FactStoreConfig, relation_select_sql
+from baml_studio.control.identity import (
+    ControlKeys,
+    TokenVerifier,
+    WorkloadIdentity,
+    bearer_token,
+    jwks_document,
+    revocations_document,
+)
+from baml_studio.control.ingest import parse_batch
+from baml_studio.control.metastore import Metastore, MetastoreError, MetastoreUnavailable
+from baml_studio.control.model import TokenKind
+from baml_studio.control.models import (
+    CreateQuerySnapshotRequest,
+    ProjectionErasureRequest,
+    ResidentQueryRequest,
+)
+from baml_studio.control.resident import (
+    QueryParameter,
+    ResidentBudget,
+    budget_settings,
+    compile_resident,
+)
+from baml_studio.control.schemas import CATALOG_VERSIONS, schema_digest, schema_set
+from baml_studio.gateway.config import Scope
+from baml_studio.gateway.tokens import KeyRing
+
+log = logging.getLogger(__name__)
+
+GENERATION_METADATA_KEY = b"baml.projection_generation"
+CATALOG_METADATA_KEY = b"baml.catalog_version"
+SNAPSHOT_METADATA_KEY = b"baml.snapshot_id"
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One HTTP answer: status, JSON body or raw bytes, extra headers."""
+
+    status: int
+    json: dict[str, Any] | None = None
+    body: bytes | None = None
+    media_type: str = "application/json"
+    headers: Mapping[str, str] | None = None
+
+
+def _validate(model: Any, body: bytes) -> Any:
+    try:
+        return model.model_validate_json(body, strict=True)
+    except ValidationError as exc:
+        problems = [
+            {"field": ".".join(str(p) for p in e["loc"]), "problem": e["msg"]}
+            for e in exc.errors(include_url=False, include_input=False)
+        ]
+        raise BadRequest(
+            f"the body does not match {model.__name__} in openapi.yaml",
+            details={"errors": problems[:20]},
+        ) from None
+
+
+class ControlPlane:
+    def __init__(
+        self,
+        config: ControlConfig,
+        metastore: Metastore,
+        facts: FactStore,
+        keys: Callable[[], KeyRing],
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.metastore = metastore
+        self.facts = facts
+        self.keys = keys
+        self.clock = clock
+        self.verifier = TokenVerifier(keys, metastore, clock=clock)
+        self._queries = threading.BoundedSemaphore(config.max_concurrent_queries)
+        for version in CATALOG_VERSIONS:
+            with self._metastore():
+                metastore.register_catalog_version(version, schema_digest(version))
+
+    @classmethod
+    def open(cls, config: ControlConfig) -> ControlPlane:
+        """Open (and create or migrate) every store under ``config``."""
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        keys = ControlKeys(config.keys_path)
+        keys.ring()
+        metastore = Metastore.open(config.metastore_url)
+        facts = FactStore.connect(
+            FactStoreConfig(dsn=config.facts_dsn, database=config.facts_database)
+        )
+        facts.ensure_schema()
+        return cls(config, metastore, facts, keys.ring)
+
+    def close(self) -> None:
+        self.facts.close()
+        self.metastore.close()
+
+    # -- identity and scope -------------------------------------------------------------
+
+    @contextmanager
+    def _metastore(self) -> Iterator[None]:
+        try:
+            yield
+        except MetastoreUnavailable as exc:
+            raise DependencyUnavailable(
+                "the metastore is unavailable; retry later", code="metastore_unavailable"
+            ) from exc
+
+    def workload(self, headers: Mapping[str, str]) -> WorkloadIdentity:
+        with self._metastore():
+            identity = self.verifier.verify(bearer_token(headers), TokenKind.WORKLOAD)
+        return identity
+
+    def scope_for(self, identity: WorkloadIdentity, project: str, environment: str) -> Scope:
+        """The scope (token tenant, ``project``, ``environment``) if the token reaches it."""
+        try:
+            scope = Scope(identity.tenant, project, environment)
+        except ValueError as exc:
+            raise BadRequest(f"invalid scope: {exc}", code="invalid_scope") from exc
+        with self._metastore():
+            try:
+                served = self.metastore.deployment_serves(identity.deployment, scope)
+            except MetastoreError:
+                served = False
+        if not served:
+            raise Forbidden(
+                "the workload token does not reach this project and environment",
+                code="scope_forbidden",
+            )
+        return scope
+
+    def _scope_from_body(
+        self, identity: WorkloadIdentity, tenant: str, project: str, environment: str
+    ) -> Scope:
+        if tenant != identity.tenant:
+            raise Forbidden(
+                "the scope names another tenant than the token's", code="scope_forbidden"
+            )
+        return self.scope_for(identity, project, environment)
+
+    def _active_generation(self, scope: Scope) -> str:
+        with self._metastore():
+            try:
+                return self.metastore.active_generation(scope)
+            except MetastoreError as exc:
+                raise Forbidden(
+                    "the environment is not provisioned", code="scope_forbidden"
+                ) from exc
+
+    # -- operations ---------------------------------------------------------------------
+
+    def projection_schemas(self, headers: Mapping[str, str], catalog_version: str) -> Answer:
+        self.workload(headers)
+        if catalog_version not in CATALOG_VERSIONS:
+            raise NotFound(
+                f"catalog version {catalog_version!r} is not registered; "
+                f"registered: {list(CATALOG_VERSIONS)}",
+                code="unknown_catalog_version",
+            )
+        return Answer(200, schema_set(catalog_version), headers={"Cache-Control": "max-age=3600"})
+
+    def put_batch(self, headers: Mapping[str, str], batch_id: str, body: bytes) -> Answer:
+        identity = self.workload(headers)
+        request = parse_batch(headers, batch_id, body, self.config.batch_limits)
+        scope = self.scope_for(identity, request.project_id, request.environment_id)
+        active = self._active_generation(scope)
+        if request.generation != active:
+            raise Conflict(
+                f"generation {request.generation!r} is not the active generation of the scope",
+                code="inactive_generation",
+                details={"active_generation": active},
+            )
+        key = BatchKey(
+            scope, active, batch_id, request.root_id, request.relation, request.partition
+        )
+        result = self.facts.put_batch(key, request.table, request.content_digest)
+        log.info(
+            "projection batch batch_id=%s root_id=%s relation=%s generation=%s state=%s rows=%d",
+            batch_id,
+            request.root_id,
+            request.relation,
+            active,
+            result.state,
+            result.row_count,
+        )
+        return Answer(
+            201 if result.state == "created" else 200,
+            {
+                "batch_id": batch_id,
+                "root_id": request.root_id,
+                "state": "visible",
+                "generation": active,
+                "row_count": result.row_count,
+                "content_digest": request.content_digest,
+            },
+        )
+
+    def erase(self, headers: Mapping[str, str], body: bytes) -> Answer:
+        identity = self.workload(headers)
+        if not 1 <= len(headers.get("idempotency-key", "")) <= 256:
+            raise BadRequest(
+                "the Idempotency-Key header is required (1–256 characters)",
+                code="missing_header",
+                details={"header": "Idempotency-Key"},
+            )
+        request: ProjectionErasureRequest = _validate(ProjectionErasureRequest, body)
+        root_ids = [r.root for r in request.root_ids]
+        if len(set(root_ids)) != len(root_ids):
+            raise BadRequest("root_ids must be unique", code="duplicate_root_ids")
+        project = headers.get("x-baml-project-id")
+        environment = headers.get("x-baml-environment-id")
+        if project is not None or environment is not None:
+            scopes = [self.scope_for(identity, project or "", environment or "")]
+        else:
+            with self._metastore():
+                served = self.metastore.deployment_environments(identity.deployment)
+            scopes = [s for s in served if s.tenant == identity.tenant]
+        for scope in scopes:
+            self.facts.erase(scope, request.generation, root_ids)
+        log.info(
+            "projection erasure roots=%d generation=%s scopes=%d",
+            len(root_ids),
+            request.generation,
+            len(scopes),
+        )
+        return Answer(
+            200, {"state": "deleted", "generation": request.generation, "root_ids": root_ids}
+        )
+
+    def snapshot(self, headers: Mapping[str, str], body: bytes) -> Answer:
+        identity = self.workload(headers)
+        request: CreateQuerySnapshotRequest = _validate(CreateQuerySnapshotRequest, body)
+        scope = self._scope_from_body(
+            identity,
+            request.scope.tenant_id,
+            request.scope.project_id,
+            request.scope.environment_id,
+        )
+        self._check_catalog_version(request.catalog_version)
+        generation = self._active_generation(scope)
+        snap = snapshots.issue(
+            self.keys(),
+            scope,
+            request.catalog_version,
+            generation,
+            self.config.snapshot_ttl_s,
+            now=self.clock(),
+        )
+        return Answer(200, snap.as_json(), headers={"Cache-Control": "no-store"})
+
+    def _check_catalog_version(self, version: str) -> None:
+        if version not in CATALOG_VERSIONS:
+            raise BadRequest(
+                f"catalog version {version!r} is not registered; "
+                f"registered: {list(CATALOG_VERSIONS)}",
+                code="unknown_catalog_version",
+            )
+
+    def resident_query(self, headers: Mapping[str, str], body: bytes) -> Answer:
+        identity = self.workload(headers)
+        request: ResidentQueryRequest = _validate(ResidentQueryRequest, body)
+        scope, generation, catalog_version, snapshot_id = self._bind(identity, headers, request)
+        if not self._queries.acquire(blocking=False):
+            raise TooManyRequests(
+                f"{self.config.max_concurrent_queries} resident queries are already running",
+                code="too_many_queries",
+            )
+        try:
+            table = self._run(request, scope, generation)
+        finally:
+            self._queries.release()
+        metadata = {
+            GENERATION_METADATA_KEY: generation.encode(),
+            CATALOG_METADATA_KEY: catalog_version.encode(),
+        }
+        answer_headers = {"X-Baml-Projection-Generation": generation, "Cache-Control": "no-store"}
+        if snapshot_id is not None:
+            metadata[SNAPSHOT_METADATA_KEY] = snapshot_id.encode()
+            answer_headers["X-Baml-Snapshot-Id"] = snapshot_id
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
+        sink = io.BytesIO()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        return Answer(
+            200,
+            body=sink.getvalue(),
+            media_type="application/vnd.apache.arrow.stream",
+            headers=answer_headers,
+        )
+
+    def _bind(
+        self,
+        identity: WorkloadIdentity,
+        headers: Mapping[str, str],
+        request: ResidentQueryRequest,
+    ) -> tuple[Scope, str, str, str | None]:
+        if (request.snapshot_id is None) == (request.generation is None):
+            raise BadRequest("set exactly one of snapshot_id or generation", code="invalid_request")
+        if request.snapshot_id is not None:
+            snap = snapshots.resolve(self.keys(), request.snapshot_id, now=self.clock())
+            scope = self._scope_from_body(
+                identity, snap.scope.tenant, snap.scope.project, snap.scope.environment
+            )
+            return scope, snap.generation, snap.catalog_version, request.snapshot_id
+        if request.catalog_version is None:
+            raise BadRequest("catalog_version is required with generation", code="invalid_request")
+        self._check_catalog_version(request.catalog_version)
+        project = headers.get("x-baml-project-id")
+        environment = headers.get("x-baml-environment-id")
+        if not project or not environment:
+            raise BadRequest(
+                "a query by generation names its scope in X-Baml-Project-Id and "
+                "X-Baml-Environment-Id (or use a snapshot_id)",
+                code="missing_header",
+            )
+        scope = self.scope_for(identity, project, environment)
+        generation = request.generation or ""
+        with self._metastore():
+            known = self.metastore.generation_exists(scope, generation)
+        if not known:
+            raise BadRequest(
+                f"generation {request.generation!r} does not exist in this scope",
+                code="unknown_generation",
+            )
+        return scope, generation, request.catalog_version, None
+
+    def _run(self, request: ResidentQueryRequest, scope: Scope, generation: str) -> pa.Table:
+        database = self.config.facts_database
+        compiled = compile_resident(
+            request.sql,
+            [QueryParameter(p.type, p.value) for p in request.parameters],
+            relation_sql=lambda name: relation_select_sql(name, database, scope, generation),
+        )
+        budget = ResidentBudget(
+            max_wall_ms=request.budget.max_wall_ms,
+            max_rows_read=request.budget.max_rows_read,
+            max_bytes_read=request.budget.max_bytes_read,
+            max_result_rows=request.budget.max_result_rows,
+            max_result_bytes=request.budget.max_result_bytes,
+        )
+        settings = {**compiled.settings, **budget_settings(budget, self.config.resident_caps)}
+        started = time.perf_counter()
+        table = self.facts.query_arrow(compiled.sql, settings)
+        log.info(
+            "resident query relations=%s generation=%s rows=%d ms=%.1f",
+            ",".join(sorted(compiled.relations)),
+            generation,
+            table.num_rows,
+            (time.perf_counter() - started) * 1000,
+        )
+        return table
+
+    def jwks(self) -> Answer:
+        return Answer(200, jwks_document(self.keys()), headers={"Cache-Control": "max-age=300"})
+
+    def revocations(self) -> Answer:
+        with self._metastore():
+            document = revocations_document(self.metastore)
+        return Answer(200, document, headers={"Cache-Control": "max-age=60"})
+
+
+__all__ = ["Answer", "ApiError", "ControlPlane"]

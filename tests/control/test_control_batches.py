@@ -1,0 +1,197 @@
+"""PUT /projection-batches: headers, digest, schema, idempotency, conflicts, generations."""
+
+from __future__ import annotations
+
+import threading
+
+import pyarrow as pa
+import pytest
+from control_rig import SCOPE_A, Rig, batch, ipc_bytes, sha256
+
+from baml_studio.control.models import ErrorResponse, ProjectionBatchResponse
+from baml_studio.control.schemas import PUBLIC_RELATION_NAMES
+
+
+def _count(rig: Rig, relation: str, scope=SCOPE_A) -> int:
+    gen = rig.control.metastore.active_generation(scope)
+    return rig.control.facts.count(relation, scope, gen)
+
+
+def _error(answer, status: int, code: str) -> None:
+    assert answer.status_code == status, answer.text
+    parsed = ErrorResponse.model_validate(answer.json())
+    assert parsed.error.code == code, parsed.error
+
+
+@pytest.mark.parametrize("relation", sorted(PUBLIC_RELATION_NAMES))
+def test_every_relation_round_trips(rig: Rig, relation: str) -> None:
+    table = batch(relation, "exec_r1", rows=4)
+    answer = rig.put(rig.token_a, SCOPE_A, relation, "exec_r1", table)
+    assert answer.status_code == 201, answer.text
+    body = ProjectionBatchResponse.model_validate(answer.json())
+    assert (body.state, body.row_count, body.root_id) == ("visible", 4, "exec_r1")
+    gen = rig.control.metastore.active_generation(SCOPE_A)
+    assert body.generation == gen
+    stored = rig.control.facts.rows(relation, SCOPE_A, gen)
+    assert stored.num_rows == 4
+    assert sorted(stored.to_pylist(), key=repr) == sorted(table.to_pylist(), key=repr)
+
+
+def test_repeat_is_200_and_writes_nothing(rig: Rig) -> None:
+    table = batch("calls_v1", "exec_r2")
+    first = rig.put(rig.token_a, SCOPE_A, "calls_v1", "exec_r2", table)
+    second = rig.put(rig.token_a, SCOPE_A, "calls_v1", "exec_r2", table)
+    assert (first.status_code, second.status_code) == (201, 200)
+    assert first.json() == second.json()
+    assert _count(rig, "calls_v1") == 3
+
+
+def test_reused_batch_id_with_other_digest_is_409(rig: Rig) -> None:
+    rig.put(rig.token_a, SCOPE_A, "calls_v1", "exec_r3", batch("calls_v1", "exec_r3", 3))
+    answer = rig.put(rig.token_a, SCOPE_A, "calls_v1", "exec_r3", batch("calls_v1", "exec_r3", 5))
+    _error(answer, 409, "batch_digest_conflict")
+    assert _count(rig, "calls_v1") == 3
+
+
+def test_same_batch_from_two_clients_at_once(rig: Rig) -> None:
+    table = batch("calls_v1", "exec_r4", 50)
+    answers: list[int] = []
+    barrier = threading.Barrier(2)
+
+    def send() -> None:
+        barrier.wait()
+        answers.append(rig.put(rig.token_a, SCOPE_A, "calls_v1", "exec_r4", table).status_code)
+
+    threads = [threading.Thread(target=send) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(answers) == [200, 201]
+    assert _count(rig, "calls_v1") == 50
+
+
+def test_stale_generation_is_409_and_new_one_accepted(rig: Rig) -> None:
+    old = rig.control.metastore.active_generation(SCOPE_A)
+    new = rig.control.metastore.bump_generation(SCOPE_A)
+    table = batch("calls_v1", "exec_r5")
+    stale = rig.put(rig.token_a, SCOPE_A, "calls_v1", "exec_r5", table, generation=old)
+    _error(stale, 409, "inactive_generation")
+    assert stale.json()["error"]["details"]["active_generation"] == new
+    fresh = rig.put(rig.token_a, SCOPE_A, "calls_v1", "exec_r5", table, generation=new)
+    assert fresh.status_code == 201
+    assert fresh.json()["generation"] == new
+    assert rig.control.facts.count("calls_v1", SCOPE_A, old) == 0
+
+
+def _with_column(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
+    return table.append_column(name, values)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "code"),
+    [
+        (lambda t: _with_column(t, "extra", pa.array(["x"] * t.num_rows)), "schema_mismatch"),
+        (
+            lambda t: _with_column(t, "call_site_file", pa.array(["a.py"] * t.num_rows)),
+            "private_column",
+        ),
+        (lambda t: _with_column(t, "args", pa.array(["{}"] * t.num_rows)), "private_column"),
+        (lambda t: t.drop_columns(["fqn"]), "schema_mismatch"),
+        (
+            lambda t: t.set_column(
+                t.schema.get_field_index("function_id"),
+                "function_id",
+                pa.array([1] * t.num_rows, pa.int64()),
+            ),
+            "schema_mismatch",
+        ),
+        (lambda t: t.select(list(reversed(t.column_names))), "schema_mismatch"),
+    ],
+    ids=["extra", "call_site_file", "args", "missing", "wrong_type", "order"],
+)
+def test_bad_schema_is_refused_and_nothing_written(rig: Rig, mutate, code: str) -> None:
+    table = mutate(batch("calls_v1", "exec_r6"))
+    answer = rig.put(rig.token_a, SCOPE_A, "calls_v1", "exec_r6", table)
+    _error(answer, 400, code)
+    assert _count(rig, "calls_v1") == 0
+
+
+def test_rows_of_another_root_are_refused(rig: Rig) -> None:
+    table = batch("calls_v1", "exec_other")
+    answer = rig.put(rig.token_a, SCOPE_A, "calls_v1", "exec_r7", table)
+    _error(answer, 400, "root_mismatch")
+
+
+def test_digest_must_match_uncompressed_body(rig: Rig) -> None:
+    table = batch("calls_v1", "exec_r8")
+    wrong = sha256(ipc_bytes(table) + b"x")
+    _error(
+        rig.put(rig.token_a, SCOPE_A, "calls_v1", "exec_r8", table, digest=wrong),
+        400,
+        "digest_mismatch",
+    )
+
+
+@pytest.mark.parametrize(
+    ("header", "value", "code"),
+    [
+        ("Content-Encoding", "gzip", "unsupported_encoding"),
+        ("X-Baml-Relation", "processes_v1", "unknown_relation"),
+        ("X-Baml-Partition", "-1", "invalid_partition"),
+        ("X-Baml-Content-Digest", "md5:abc", "invalid_digest"),
+        ("X-Baml-Root-Id", "", "missing_header"),
+        ("X-Baml-Request-Id", "", "missing_request_id"),
+    ],
+)
+def test_bad_headers(rig: Rig, header: str, value: str, code: str) -> None:
+    table = batch("calls_v1", "exec_r9")
+    raw = ipc_bytes(table)
+    import zstandard
+
+    headers = rig.headers(
+        rig.token_a,
+        **{
+            "Content-Encoding": "zstd",
+            "X-Baml-Root-Id": "exec_r9",
+            "X-Baml-Project-Id": "prj",
+            "X-Baml-Environment-Id": "prod",
+            "X-Baml-Relation": "calls_v1",
+            "X-Baml-Partition": "0",
+            "X-Baml-Projection-Generation": "gen_1",
+            "X-Baml-Content-Digest": sha256(raw),
+        },
+    )
+    headers[header] = value
+    answer = rig.client.put(
+        "/projection-batches/exec_r9.calls_v1.0",
+        content=zstandard.ZstdCompressor().compress(raw),
+        headers=headers,
+    )
+    _error(answer, 400, code)
+
+
+def test_body_that_is_not_zstd_or_arrow(rig: Rig) -> None:
+    import zstandard
+
+    not_arrow = b"not arrow"
+    cases = [
+        (b"not zstd", sha256(b"not zstd")),
+        (zstandard.ZstdCompressor().compress(not_arrow), sha256(not_arrow)),
+    ]
+    for body, digest in cases:
+        headers = rig.headers(
+            rig.token_a,
+            **{
+                "Content-Encoding": "zstd",
+                "X-Baml-Root-Id": "exec_r10",
+                "X-Baml-Project-Id": "prj",
+                "X-Baml-Environment-Id": "prod",
+                "X-Baml-Relation": "calls_v1",
+                "X-Baml-Partition": "0",
+                "X-Baml-Projection-Generation": "gen_1",
+                "X-Baml-Content-Digest": digest,
+            },
+        )
+        answer = rig.client.put("/projection-batches/b1", content=body, headers=headers)
+        _error(answer, 400, "invalid_body")

@@ -1,0 +1,194 @@
+"""The DDL and scoped reads derived from the split table, as text and as run by chDB."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+import sqlglot
+from facts_testkit import RELATIONS, SCOPE_A, SCOPE_B, key, open_store, sample_rows
+from sqlglot import exp
+
+from baml_studio.catalog.schema import RELATIONS as ALL_RELATIONS
+from baml_studio.catalog.split import private_schema, public_schema
+from baml_studio.control.facts import FactStore, relation_select_sql, schema_sql
+from baml_studio.control.facts.ddl import (
+    INTERNAL_COLUMNS,
+    clickhouse_type,
+    create_table_sql,
+    sort_key,
+    table_columns,
+)
+
+EXPECTED_TYPES = {
+    pa.string(): "String",
+    pa.uint32(): "UInt32",
+    pa.uint64(): "UInt64",
+    pa.bool_(): "Bool",
+    pa.binary(): "String",
+    pa.timestamp("ns", tz="UTC"): "DateTime64(9, 'UTC')",
+}
+INTERNAL_NAMES = {name for name, _ in INTERNAL_COLUMNS}
+
+
+def expected_type(field: pa.Field) -> str:
+    if pa.types.is_list(field.type):
+        return "Array(String)"
+    base = EXPECTED_TYPES[field.type]
+    return f"Nullable({base})" if field.nullable else base
+
+
+@pytest.fixture
+def store(chdb_dsn: str, fact_database: str) -> Iterator[FactStore]:
+    with open_store(chdb_dsn, fact_database) as opened:
+        yield opened
+
+
+def test_public_relations_are_the_six() -> None:
+    assert sorted(RELATIONS) == [
+        "call_path_stats_v1",
+        "calls_v1",
+        "errors_v1",
+        "function_definitions_v1",
+        "health_v1",
+        "threads_v1",
+    ]
+    assert {r.name for r in ALL_RELATIONS if not r.internal} == set(RELATIONS)
+
+
+@pytest.mark.parametrize("relation", sorted(RELATIONS))
+def test_ddl_text_has_every_public_column_and_no_private_one(relation: str) -> None:
+    rel = RELATIONS[relation]
+    columns = dict(table_columns(rel))
+    for field in public_schema(rel):
+        assert columns[field.name] == expected_type(field)
+    private = {f.name for f in private_schema(rel)} - {f.name for f in public_schema(rel)}
+    assert private == {c.name for c in rel.private_columns()}
+    sql = create_table_sql(rel, "db")
+    for name in private:
+        assert name not in columns
+        assert f'"{name}"' not in sql
+    assert set(columns) == set(public_schema(rel).names) | INTERNAL_NAMES
+    assert sort_key(rel)[:4] == ['"tenant_id"', '"project_id"', '"environment_id"', '"generation"']
+
+
+def test_ddl_sort_keys() -> None:
+    calls = sort_key(RELATIONS["calls_v1"])[4:]
+    assert calls == ["ifNull(\"fqn\", '')", '"started_ns"', '"execution_id"', '"call_id"']
+    assert sort_key(RELATIONS["threads_v1"])[4:] == [
+        '"started_ns"',
+        '"execution_id"',
+        '"thread_id"',
+    ]
+    definitions = sort_key(RELATIONS["function_definitions_v1"])[4:]
+    assert definitions == ['"program_id"', '"function_id"']
+
+
+def test_unknown_arrow_type_raises() -> None:
+    with pytest.raises(ValueError, match="int8"):
+        clickhouse_type(pa.field("x", pa.int8()))
+    with pytest.raises(ValueError):
+        clickhouse_type(pa.field("x", pa.list_(pa.uint32())))
+
+
+def test_executed_ddl_matches_the_split(store: FactStore, fact_database: str) -> None:
+    described = store.query_arrow(
+        "SELECT table, name, type FROM system.columns "
+        f"WHERE database = '{fact_database}' ORDER BY table, position",
+        {},
+    ).to_pylist()
+    by_table: dict[str, dict[str, str]] = {}
+    for row in described:
+        by_table.setdefault(row["table"], {})[row["name"]] = row["type"]
+    assert set(by_table) == set(RELATIONS) | {"projection_batches"}
+    for name, rel in RELATIONS.items():
+        expected = {f.name: expected_type(f) for f in public_schema(rel)}
+        expected |= dict(INTERNAL_COLUMNS)
+        assert by_table[name] == expected
+        assert list(by_table[name])[: len(rel.public_columns())] == public_schema(rel).names
+    indexes = store.query_arrow(
+        "SELECT table, name, type FROM system.data_skipping_indices "
+        f"WHERE database = '{fact_database}'",
+        {},
+    ).to_pylist()
+    found = {(i["table"], i["name"], i["type"]) for i in indexes}
+    for name, rel in RELATIONS.items():
+        assert (name, "idx_root_id", "bloom_filter") in found
+        has_execution = "execution_id" in public_schema(rel).names
+        assert ((name, "idx_execution_id", "bloom_filter") in found) == has_execution
+        has_started = "started_ns" in public_schema(rel).names
+        assert ((name, "idx_started_ns", "minmax") in found) == has_started
+    engines = store.query_arrow(
+        f"SELECT name, engine, sorting_key FROM system.tables WHERE database = '{fact_database}'",
+        {},
+    ).to_pylist()
+    engine = {t["name"]: (t["engine"], t["sorting_key"]) for t in engines}
+    assert engine["projection_batches"][0] == "ReplacingMergeTree"
+    assert engine["calls_v1"] == (
+        "MergeTree",
+        "tenant_id, project_id, environment_id, generation, ifNull(fqn, ''), started_ns, "
+        "execution_id, call_id",
+    )
+
+
+def test_ensure_schema_is_idempotent(store: FactStore) -> None:
+    store.put_batch(key("health_v1", "r1"), sample_rows("health_v1"), "sha256:1")
+    store.ensure_schema()
+    assert store.count("health_v1", SCOPE_A, "gen_1") == 3
+    assert len(schema_sql("db")) == 8
+
+
+@pytest.mark.parametrize("relation", sorted(RELATIONS))
+def test_relation_select_sql_selects_public_columns_in_order(relation: str) -> None:
+    sql = relation_select_sql(relation, "db", SCOPE_A, "gen_1")
+    assert sql.startswith("(") and sql.endswith(")")
+    tree = sqlglot.parse_one(sql, read="clickhouse")
+    select = tree.find(exp.Select)
+    assert select is not None
+    names = [e.name for e in select.expressions]
+    assert names == public_schema(RELATIONS[relation]).names
+    assert not set(names) & INTERNAL_NAMES
+    conditions = {(c.left.name, c.right.name) for c in select.args["where"].find_all(exp.EQ)}
+    assert conditions == {
+        ("tenant_id", "tenant_a"),
+        ("project_id", "proj"),
+        ("environment_id", "prod"),
+        ("generation", "gen_1"),
+    }
+    has_limit_by = "LIMIT 1 BY" in sql
+    assert has_limit_by == (relation == "function_definitions_v1")
+
+
+def test_relation_select_sql_reads_one_scope_and_generation(store: FactStore) -> None:
+    hostile = "gen_1' OR 1 = 1 OR '\\"
+    store.put_batch(key("calls_v1", "r1"), sample_rows("calls_v1", 4, seed="a"), "sha256:a")
+    store.put_batch(key("calls_v1", "r1", scope=SCOPE_B), sample_rows("calls_v1", 2), "sha256:b")
+    store.put_batch(key("calls_v1", "r1", generation="gen_2"), sample_rows("calls_v1", 5), "d")
+    store.put_batch(key("calls_v1", "r9", generation=hostile), sample_rows("calls_v1", 1), "d")
+    db = store.config.database
+
+    def read(scope: object, generation: str) -> pa.Table:
+        derived = relation_select_sql("calls_v1", db, scope, generation)  # type: ignore[arg-type]
+        return store.query_arrow(f"SELECT * FROM {derived} AS c ORDER BY call_id", {})
+
+    a = read(SCOPE_A, "gen_1")
+    assert a.num_rows == 4
+    assert a.cast(public_schema(RELATIONS["calls_v1"])).equals(sample_rows("calls_v1", 4, seed="a"))
+    assert a.column_names == public_schema(RELATIONS["calls_v1"]).names
+    assert read(SCOPE_B, "gen_1").num_rows == 2
+    assert read(SCOPE_A, "gen_2").num_rows == 5
+    assert read(SCOPE_B, "gen_2").num_rows == 0
+    assert read(SCOPE_A, hostile).num_rows == 1
+
+
+def test_function_definitions_read_as_a_set(store: FactStore) -> None:
+    rows = sample_rows("function_definitions_v1", 3)
+    for root in ("r1", "r2", "r3"):
+        store.put_batch(key("function_definitions_v1", root), rows, "sha256:fd")
+    assert store.count("function_definitions_v1", SCOPE_A, "gen_1") == 9
+    derived = relation_select_sql(
+        "function_definitions_v1", store.config.database, SCOPE_A, "gen_1"
+    )
+    got = store.query_arrow(f"SELECT * FROM {derived} AS f ORDER BY function_id DESC", {})
+    assert got.cast(rows.schema).equals(rows)

@@ -1,0 +1,111 @@
+"""Hypothesis: any batch of calls_v1 comes back from the fact store exactly as it went in."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from facts_testkit import RELATIONS, SCOPE_A, key, open_store
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from baml_studio.catalog.split import public_schema
+from baml_studio.control.facts import FactStore, relation_select_sql
+
+CALLS = public_schema(RELATIONS["calls_v1"])
+NS_MIN = -2_208_988_800 * 10**9
+"""1900-01-01T00:00:00Z, the first instant of ``DateTime64(9)``."""
+NS_MAX = 2**63 - 1
+"""2262-04-11T23:47:16.854775807Z, the last ns Arrow and ``DateTime64(9)`` share."""
+
+texts = st.text(
+    st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=20
+) | st.sampled_from(["", "'", "\\", "''", "\\'", "\n", "é", "\U0001f600", "NULL", "\x00"])
+
+
+def value(field: pa.Field) -> st.SearchStrategy[Any]:
+    if pa.types.is_list(field.type):
+        base: st.SearchStrategy[Any] = st.lists(texts, max_size=4)
+    elif field.type == pa.string():
+        base = texts
+    elif field.type == pa.uint32():
+        base = st.integers(0, 2**32 - 1)
+    elif field.type == pa.uint64():
+        base = st.integers(0, 2**64 - 1)
+    elif pa.types.is_timestamp(field.type):
+        base = st.integers(NS_MIN, NS_MAX)
+    else:
+        raise AssertionError(field)
+    return st.none() | base if field.nullable else base
+
+
+@st.composite
+def calls_batches(draw: st.DrawFn) -> pa.Table:
+    n = draw(st.integers(0, 12))
+    columns = {f.name: draw(st.lists(value(f), min_size=n, max_size=n)) for f in CALLS}
+    return pa.Table.from_pydict(
+        {
+            f.name: pa.array(columns[f.name], pa.int64()).cast(f.type)
+            if pa.types.is_timestamp(f.type)
+            else columns[f.name]
+            for f in CALLS
+        },
+        schema=CALLS,
+    )
+
+
+@pytest.fixture(scope="module")
+def store(chdb_dsn: str) -> Iterator[FactStore]:
+    with open_store(chdb_dsn, f"t_{uuid.uuid4().hex[:16]}") as opened:
+        yield opened
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(batch=calls_batches())
+def test_calls_batches_round_trip_exactly(store: FactStore, batch: pa.Table) -> None:
+    generation = f"gen_{uuid.uuid4().hex}"
+    k = key("calls_v1", "root_h", generation=generation)
+    assert store.put_batch(k, batch, "sha256:h").row_count == batch.num_rows
+    assert store.rows("calls_v1", SCOPE_A, generation).equals(batch)
+    derived = relation_select_sql("calls_v1", store.config.database, SCOPE_A, generation)
+    by_query = store.query_arrow(f"SELECT * FROM {derived} AS c", {})
+    assert by_query.num_rows == batch.num_rows
+    assert by_query.schema.names == CALLS.names
+    assert store.put_batch(k, batch, "sha256:h").state == "existing"
+
+
+def extreme(field: pa.Field, high: bool) -> Any:
+    if pa.types.is_list(field.type):
+        return ["\x00", "'\\", "\U0001f600"] if high else []
+    if field.type == pa.string():
+        return "\x00'\\\n\U0001f600" if high else ""
+    if field.type == pa.uint32():
+        return 2**32 - 1 if high else 0
+    if field.type == pa.uint64():
+        return 2**64 - 1 if high else 0
+    return NS_MAX if high else NS_MIN
+
+
+def test_calls_extremes_round_trip(store: FactStore) -> None:
+    rows = [{f.name: extreme(f, high) for f in CALLS} for high in (True, False)]
+    rows.append({f.name: None if f.nullable else extreme(f, True) for f in CALLS})
+    timestamps = {f.name for f in CALLS if pa.types.is_timestamp(f.type)}
+    columns = {
+        f.name: pa.array([r[f.name] for r in rows], pa.int64()).cast(f.type)
+        if f.name in timestamps
+        else [r[f.name] for r in rows]
+        for f in CALLS
+    }
+    batch = pa.Table.from_pydict(columns, schema=CALLS)
+    generation = f"gen_{uuid.uuid4().hex}"
+    store.put_batch(key("calls_v1", "root_x", generation=generation), batch, "sha256:x")
+    got = store.rows("calls_v1", SCOPE_A, generation)
+    assert got.equals(batch)
+    assert got.column("started_at").cast(pa.int64()).to_pylist() == [NS_MAX, NS_MIN, None]

@@ -1,0 +1,221 @@
+"""The fact store's pure parts and in-process machinery, without ClickHouse."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from facts_testkit import SCOPE_A, SCOPE_B, key, sample_rows
+
+from baml_studio.control.facts import BatchResult, InvalidBatch
+from baml_studio.control.facts.batch import LEDGER_SCHEMA, check_batch, fact_rows, ledger_rows
+from baml_studio.control.facts.coalesce import (
+    Coalescer,
+    CoalescerClosed,
+    GroupWriteFailed,
+    Pending,
+)
+from baml_studio.control.facts.ledger import KeyLocks, LedgerCache, LedgerEntry, ScopeGate
+
+
+def submit_together(coalescer: Coalescer, items: Sequence[Pending]) -> list[Any]:
+    barrier = threading.Barrier(len(items))
+    results: list[Any] = [None] * len(items)
+
+    def body(i: int) -> None:
+        barrier.wait()
+        try:
+            results[i] = coalescer.submit(items[i])
+        except Exception as exc:
+            results[i] = exc
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(len(items))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def pending(i: int, rows: int = 2) -> Pending:
+    return Pending(key("health_v1", f"r{i}"), sample_rows("health_v1", rows), "d")
+
+
+class Recorder:
+    def __init__(self, fail: Exception | None = None) -> None:
+        self.groups: list[list[str]] = []
+        self.fail = fail
+
+    def __call__(self, relation: str, group: Sequence[Pending]) -> None:
+        self.groups.append([item.key.root_id for item in group])
+        if self.fail is not None:
+            raise self.fail
+        for item in group:
+            item.result = BatchResult("created", item.rows.num_rows)
+
+
+def test_coalescer_groups_concurrent_batches() -> None:
+    recorder = Recorder()
+    coalescer = Coalescer(recorder, linger_s=0.2, max_rows=1000)
+    results = submit_together(coalescer, [pending(i) for i in range(6)])
+    coalescer.close()
+    assert results == [BatchResult("created", 2)] * 6
+    assert sorted(root for group in recorder.groups for root in group) == [
+        f"r{i}" for i in range(6)
+    ]
+    assert len(recorder.groups) < 6
+
+
+def test_coalescer_caps_group_rows() -> None:
+    recorder = Recorder()
+    coalescer = Coalescer(recorder, linger_s=0.2, max_rows=9)
+    results = submit_together(coalescer, [pending(i, rows=4) for i in range(5)])
+    coalescer.close()
+    assert all(isinstance(r, BatchResult) for r in results)
+    assert max(len(group) for group in recorder.groups) <= 2
+    big = Coalescer(recorder, linger_s=0, max_rows=1)
+    assert big.submit(pending(99, rows=3)) == BatchResult("created", 3)  # alone, over the cap
+    big.close()
+
+
+def test_coalescer_group_failure_fails_every_caller() -> None:
+    cause = RuntimeError("insert failed")
+    coalescer = Coalescer(Recorder(fail=cause), linger_s=0.1, max_rows=1000)
+    results = submit_together(coalescer, [pending(i) for i in range(4)])
+    coalescer.close()
+    assert all(isinstance(r, GroupWriteFailed) for r in results)
+    assert all(r.__cause__ is cause for r in results)
+    assert len({id(r) for r in results}) == 4
+
+
+def test_coalescer_keeps_per_batch_outcomes() -> None:
+    conflict = ValueError("conflict for r1")
+
+    def write(relation: str, group: Sequence[Pending]) -> None:
+        for item in group:
+            if item.key.root_id == "r1":
+                item.error = conflict
+            else:
+                item.result = BatchResult("existing", 0)
+        raise RuntimeError("the rest failed")  # decided items keep their outcome
+
+    coalescer = Coalescer(write, linger_s=0.1, max_rows=1000)
+    results = submit_together(coalescer, [pending(i) for i in range(3)])
+    coalescer.close()
+    assert results[1] is conflict
+    assert results[0] == results[2] == BatchResult("existing", 0)
+
+
+def test_coalescer_close_flushes_then_refuses() -> None:
+    recorder = Recorder()
+    coalescer = Coalescer(recorder, linger_s=0, max_rows=10)
+    assert coalescer.submit(pending(1)).state == "created"
+    coalescer.close()
+    with pytest.raises(CoalescerClosed):
+        coalescer.submit(pending(2))
+    assert recorder.groups == [["r1"]]
+
+
+def test_ledger_cache_is_bounded_and_drops_roots() -> None:
+    cache = LedgerCache(capacity=3)
+    entry = LedgerEntry("d", 1, "r1", "calls_v1", 0)
+    for i in range(5):
+        cache.put((SCOPE_A, "g", f"b{i}"), entry)
+    assert len(cache) == 3
+    assert cache.get((SCOPE_A, "g", "b0")) is None
+    assert cache.get((SCOPE_A, "g", "b4")) == entry
+    cache.put((SCOPE_B, "g", "b9"), entry)
+    cache.put((SCOPE_A, "g2", "b8"), entry)
+    assert cache.drop_roots(SCOPE_A, "g", frozenset({"r1"})) == 1
+    assert cache.get((SCOPE_B, "g", "b9")) == entry
+    assert cache.get((SCOPE_A, "g2", "b8")) == entry
+    disabled = LedgerCache(capacity=0)
+    disabled.put((SCOPE_A, "g", "b"), entry)
+    assert disabled.get((SCOPE_A, "g", "b")) is None
+
+
+def test_key_locks_serialise_one_key_and_clean_up() -> None:
+    locks = KeyLocks()
+    inside = threading.Event()
+    release = threading.Event()
+    order: list[str] = []
+
+    def first() -> None:
+        with locks.hold("k"):
+            inside.set()
+            release.wait()
+            order.append("first")
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    inside.wait()
+    with locks.hold("other"):
+        order.append("other")  # another key is not blocked
+    release.set()
+    with locks.hold("k"):
+        order.append("second")
+    thread.join()
+    assert order == ["other", "first", "second"]
+    assert len(locks) == 0
+
+
+def test_scope_gate_erasure_excludes_puts_of_its_scope_only() -> None:
+    gate = ScopeGate()
+    holding = threading.Event()
+    done = threading.Event()
+    with gate.shared(SCOPE_A, "g"):
+
+        def erase() -> None:
+            with gate.exclusive(SCOPE_A, "g"):
+                holding.set()
+            done.set()
+
+        thread = threading.Thread(target=erase)
+        thread.start()
+        with gate.exclusive(SCOPE_B, "g"):
+            pass  # another scope is not blocked
+        assert not holding.wait(0.05)
+    thread.join()
+    assert done.is_set()
+
+
+def test_fact_rows_add_internal_columns() -> None:
+    rows = sample_rows("calls_v1", 3)
+    k = key("calls_v1", "root_1", generation="gen_9")
+    table = fact_rows(k, rows)
+    assert table.column_names[: rows.num_columns] == rows.column_names
+    assert table.select(rows.column_names).equals(rows)
+    tail = table.select(table.column_names[rows.num_columns :]).to_pylist()
+    assert tail[2] == {
+        "tenant_id": "tenant_a",
+        "project_id": "proj",
+        "environment_id": "prod",
+        "generation": "gen_9",
+        "_root_id": "root_1",
+        "_batch_id": "root_1.calls_v1.0",
+        "_row": 2,
+    }
+    assert table.schema.field("_row").type == pa.uint32()
+
+
+def test_ledger_rows() -> None:
+    k = key("errors_v1", "root_1", partition=3)
+    table = ledger_rows([(k, "sha256:x", 7)], 1_700_000_000_000)
+    assert table.schema == LEDGER_SCHEMA
+    row = table.to_pylist()[0]
+    assert (row["batch_id"], row["partition"], row["row_count"]) == ("root_1.errors_v1.3", 3, 7)
+
+
+def test_check_batch_refuses_aliases_and_bad_schemas() -> None:
+    rows = sample_rows("calls_v1", 1)
+    with pytest.raises(InvalidBatch, match="alias"):
+        check_batch(key("calls", "r"), rows, "d")
+    with pytest.raises(InvalidBatch, match="column 'call_id'"):
+        check_batch(key("calls_v1", "r"), rows.set_column(1, "call_id", pa.array([None])), "d")
+    with pytest.raises(InvalidBatch, match="batch_id"):
+        check_batch(dataclasses.replace(key("calls_v1", "r"), batch_id=""), rows, "d")
+    check_batch(key("calls_v1", "r"), rows, "d")
