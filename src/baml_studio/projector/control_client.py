@@ -1,0 +1,541 @@
+"""HTTP client of the control plane's workload API (httpx): schemas, generation, batches, erasure.
+
+Used by the projector (and later the coordinator and the gateway). Every request carries
+``Authorization: Bearer <workload token>`` and a fresh ``X-Baml-Request-Id`` (a UUIDv7, as the
+spec recommends); a token given as a callable is asked again for every request, so a rotated
+token is picked up, and a 401 is retried once when the callable hands out a different token.
+
+Answers map to errors by status, never by message text:
+
+=====================================  ==========================================================
+``409 inactive_generation``            :class:`InactiveGeneration` (``active_generation`` set;
+                                       the client also caches that generation for the scope)
+other 4xx (400 401 403 404 409 413)    :class:`ControlPlaneRefused` (terminal): ``status``, the
+                                       ``ErrorResponse`` ``code``; its message and details in
+                                       the text
+``429 500 502 503 504``, transport     retried with exponential backoff and full jitter, waiting
+errors, timeouts                       at least ``Retry-After`` (up to ``retry_after_max_s``);
+                                       then :class:`ControlPlaneUnavailable` (transient)
+a 2xx body that breaks the contract    :class:`ControlPlaneUnavailable` (not retried here)
+=====================================  ==========================================================
+
+The errors are those of :mod:`baml_studio.projector.errors`; their messages name the operation,
+status, ``ErrorResponse`` code, message and details, and the request id, so a dead-lettered
+message says which request failed and why.
+
+Every operation here is safe to repeat: a batch is idempotent by (generation, batch_id, digest),
+an erasure by root ids, and snapshots and schemas are reads. Logs carry request ids, operation,
+relation, batch id and status; never tokens or bodies.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import logging
+import os
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import quote
+
+import httpx
+import pyarrow as pa
+import zstandard
+
+from baml_studio.gateway.config import Scope
+from baml_studio.projector.errors import (
+    ControlPlaneRefused,
+    ControlPlaneUnavailable,
+    InactiveGeneration,
+    ProjectorError,
+)
+from baml_studio.publisher.client import NODELAY, retry_after_seconds
+
+log = logging.getLogger(__name__)
+
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
+ERASURE_CHUNK = 1000
+"""Root ids per ``POST /projection-erasures`` (``ProjectionErasureRequest.root_ids`` maxItems)."""
+MAX_IDEMPOTENCY_KEY = 256
+MAX_DETAIL_CHARS = 1000
+RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+ZSTD_LEVEL = 3
+
+TokenSource = str | Callable[[], str]
+
+
+class PublicBatchLike(Protocol):
+    """One public batch of the projection (``project.py``'s batches fit)."""
+
+    @property
+    def relation(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def batch_id(self) -> str: ...
+    @property
+    def root_id(self) -> str: ...
+    @property
+    def table(self) -> pa.Table: ...
+
+
+@dataclass(frozen=True, slots=True)
+class BatchAck:
+    """A ``ProjectionBatchResponse``: ``status`` 201 (written) or 200 (already visible)."""
+
+    status: int
+    batch_id: str
+    root_id: str
+    generation: str
+    row_count: int
+    content_digest: str
+
+    @property
+    def created(self) -> bool:
+        return self.status == 201
+
+
+@dataclass(frozen=True, slots=True)
+class ErasureAck:
+    generation: str
+    root_ids: tuple[str, ...]
+    """Root ids whose facts are gone (also those that had none)."""
+    requests: int
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedBatch:
+    body: bytes
+    """The zstd frame sent."""
+    digest: str
+    """``sha256:<hex>`` of the uncompressed Arrow IPC stream."""
+    raw_bytes: int
+
+
+def encode_batch(table: pa.Table) -> EncodedBatch:
+    """``table`` as one Arrow IPC stream, its digest, and the stream compressed with zstd."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    raw = sink.getvalue().to_pybytes()
+    body = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(raw)
+    return EncodedBatch(body, "sha256:" + hashlib.sha256(raw).hexdigest(), len(raw))
+
+
+def new_request_id() -> str:
+    """A UUIDv7 (RFC 9562): 48-bit Unix milliseconds, version 7, variant 10, 74 random bits."""
+    millis = time.time_ns() // 1_000_000 & ((1 << 48) - 1)
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (millis << 80) | (0x7 << 76) | ((rand >> 62) & 0xFFF) << 64
+    value |= (0b10 << 62) | (rand & ((1 << 62) - 1))
+    return str(uuid.UUID(int=value))
+
+
+class ControlClient:
+    """Sync, thread-safe client of the workload API at ``base_url`` (``http://host:port`` or
+    the spec's ``…/studio-data/v1``).
+
+    ``client`` is a test seam and a way to share a pool (mTLS settings, event hooks); the
+    client made otherwise is closed by :meth:`close`. ``sleep`` and ``rand`` are seams of the
+    backoff; ``clock`` (monotonic seconds) ages the generation cache.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: TokenSource,
+        *,
+        client: httpx.Client | None = None,
+        timeout_s: float = 30.0,
+        retries: int = 4,
+        backoff_s: float = 0.25,
+        backoff_max_s: float = 8.0,
+        retry_after_max_s: float = 30.0,
+        generation_ttl_s: float = 5.0,
+        sleep: Callable[[float], None] = time.sleep,
+        rand: Callable[[], float] = random.random,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if retries < 0 or backoff_s < 0 or backoff_max_s < 0 or retry_after_max_s < 0:
+            raise ValueError("retries and backoff bounds must not be negative")
+        try:
+            url = httpx.URL(base_url)
+        except httpx.InvalidURL as exc:
+            raise ValueError(f"control plane URL {base_url!r} is not a URL: {exc}") from exc
+        if url.scheme not in ("http", "https") or not url.host:
+            raise ValueError(f"control plane URL {base_url!r} must be http(s)://host[:port][/path]")
+        self._base = base_url.rstrip("/")
+        self._token_source = token
+        self._owns_client = client is None
+        if client is None:
+            limits = httpx.Limits(max_connections=16)
+            transport = httpx.HTTPTransport(limits=limits, socket_options=NODELAY)
+            client = httpx.Client(timeout=timeout_s, limits=limits, transport=transport)
+        self._http = client
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.backoff_max_s = backoff_max_s
+        self.retry_after_max_s = retry_after_max_s
+        self.generation_ttl_s = generation_ttl_s
+        self._sleep = sleep
+        self._rand = rand
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._schemas: dict[str, dict[str, Any]] = {}
+        self._generations: dict[Scope, tuple[str, float]] = {}
+
+    def close(self) -> None:
+        if self._owns_client:
+            self._http.close()
+
+    def __enter__(self) -> ControlClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def projection_schemas(self, catalog_version: str = "v1") -> dict[str, Any]:
+        """The ``ProjectionSchemaSet`` of ``catalog_version`` (cached: static per version)."""
+        with self._lock:
+            cached = self._schemas.get(catalog_version)
+        if cached is None:
+            path = f"/projection-schemas/{quote(catalog_version, safe='')}"
+            cached = _json_object(self._call("GET", path, "projection_schemas"))
+            if not isinstance(cached.get("relations"), list):
+                raise _protocol("projection_schemas", "a ProjectionSchemaSet without relations")
+            with self._lock:
+                self._schemas[catalog_version] = cached
+        return copy.deepcopy(cached)
+
+    def snapshot(self, scope: Scope, catalog_version: str = "v1") -> dict[str, Any]:
+        """A fresh ``QuerySnapshot`` of ``scope`` (``snapshot_id``, ``generation``, …)."""
+        body = {
+            "scope": {
+                "tenant_id": scope.tenant,
+                "project_id": scope.project,
+                "environment_id": scope.environment,
+            },
+            "catalog_version": catalog_version,
+        }
+        data = _json_object(self._call("POST", "/query-snapshots", "snapshot", json_body=body))
+        if not isinstance(data.get("generation"), str) or not data["generation"]:
+            raise _protocol("snapshot", "a QuerySnapshot without generation")
+        return data
+
+    def active_generation(self, scope: Scope, catalog_version: str = "v1") -> str:
+        """The scope's active projection generation, from a snapshot; cached for
+        ``generation_ttl_s`` (see :meth:`invalidate_generation`)."""
+        now = self._clock()
+        with self._lock:
+            hit = self._generations.get(scope)
+        if hit is not None and hit[1] > now:
+            return hit[0]
+        generation: str = self.snapshot(scope, catalog_version)["generation"]
+        self._remember(scope, generation)
+        return generation
+
+    def invalidate_generation(self, scope: Scope) -> None:
+        with self._lock:
+            self._generations.pop(scope, None)
+
+    def _remember(self, scope: Scope, generation: str) -> None:
+        with self._lock:
+            self._generations[scope] = (generation, self._clock() + self.generation_ttl_s)
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def put_batch(self, scope: Scope, generation: str, batch: PublicBatchLike) -> BatchAck:
+        """Send one public batch; returns once its rows are visible."""
+        encoded = encode_batch(batch.table)
+        headers = {
+            "Content-Type": ARROW_STREAM,
+            "Content-Encoding": "zstd",
+            "X-Baml-Root-Id": batch.root_id,
+            "X-Baml-Project-Id": scope.project,
+            "X-Baml-Environment-Id": scope.environment,
+            "X-Baml-Relation": batch.relation,
+            "X-Baml-Partition": str(batch.partition),
+            "X-Baml-Projection-Generation": generation,
+            "X-Baml-Content-Digest": encoded.digest,
+        }
+        context = f"relation={batch.relation} batch_id={batch.batch_id}"
+        path = f"/projection-batches/{quote(batch.batch_id, safe='')}"
+        try:
+            response = self._call(
+                "PUT", path, "put_batch", headers=headers, content=encoded.body, context=context
+            )
+        except InactiveGeneration as exc:
+            if exc.active_generation:
+                self._remember(scope, exc.active_generation)
+            raise
+        ack = _batch_ack(response)
+        log.info(
+            "projection batch %s status=%d rows=%d generation=%s",
+            context,
+            ack.status,
+            ack.row_count,
+            ack.generation,
+        )
+        return ack
+
+    def put_batches(
+        self,
+        scope: Scope,
+        generation: str,
+        batches: Iterable[PublicBatchLike],
+        *,
+        concurrency: int = 4,
+    ) -> list[BatchAck]:
+        """Send ``batches`` up to ``concurrency`` at a time; acks in the order given. On the
+        first failure the batches not yet started are not sent, and the error of the earliest
+        failed batch is raised once the running ones finish."""
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        items = list(batches)
+        if concurrency == 1 or len(items) <= 1:
+            return [self.put_batch(scope, generation, batch) for batch in items]
+        workers = min(concurrency, len(items))
+        with ThreadPoolExecutor(workers, thread_name_prefix="control-put") as pool:
+            futures = [pool.submit(self.put_batch, scope, generation, b) for b in items]
+            _done, pending = wait(futures, return_when=FIRST_EXCEPTION)
+            for future in pending:
+                future.cancel()
+        for future in futures:
+            error = None if future.cancelled() else future.exception()
+            if error is not None:
+                raise error
+        return [future.result() for future in futures]
+
+    def erase_roots(
+        self,
+        scope: Scope,
+        generation: str,
+        root_ids: Sequence[str],
+        idempotency_key: str,
+    ) -> ErasureAck:
+        """Delete the facts of ``root_ids`` in ``scope`` and ``generation``, 1,000 per request
+        (duplicates dropped); each request's ``Idempotency-Key`` derives from
+        ``idempotency_key`` and its chunk, so a repeated erasure sends the same keys."""
+        if not 1 <= len(idempotency_key) <= MAX_IDEMPOTENCY_KEY:
+            raise ValueError("idempotency_key must be 1–256 characters")
+        unique = list(dict.fromkeys(root_ids))
+        chunks = [unique[i : i + ERASURE_CHUNK] for i in range(0, len(unique), ERASURE_CHUNK)]
+        deleted: list[str] = []
+        for index, chunk in enumerate(chunks):
+            headers = {
+                "Idempotency-Key": _chunk_key(idempotency_key, index, len(chunks)),
+                "X-Baml-Project-Id": scope.project,
+                "X-Baml-Environment-Id": scope.environment,
+            }
+            body = {"root_ids": chunk, "generation": generation}
+            data = _json_object(
+                self._call(
+                    "POST",
+                    "/projection-erasures",
+                    "erase_roots",
+                    headers=headers,
+                    json_body=body,
+                    context=f"chunk={index + 1}/{len(chunks)} roots={len(chunk)}",
+                )
+            )
+            roots = data.get("root_ids")
+            if data.get("state") != "deleted" or not isinstance(roots, list):
+                raise _protocol("erase_roots", "a ProjectionErasureResponse not 'deleted'")
+            deleted.extend(str(r) for r in roots)
+        return ErasureAck(generation, tuple(deleted), len(chunks))
+
+    # -- transport --------------------------------------------------------------------------
+
+    def _token(self) -> str:
+        source = self._token_source
+        return source() if callable(source) else source
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        operation: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        content: bytes | None = None,
+        json_body: Any = None,
+        context: str = "",
+    ) -> httpx.Response:
+        """One operation with its retries: the 2xx response, else one of the errors above."""
+        attempt = 0
+        refreshed = False
+        while True:
+            token = self._token()
+            request_id = new_request_id()
+            sent = {
+                "Authorization": f"Bearer {token}",
+                "X-Baml-Request-Id": request_id,
+                "Accept": "application/json",
+                **(headers or {}),
+            }
+            retry_after: float | None = None
+            cause: BaseException | None = None
+            try:
+                response = self._http.request(
+                    method, self._base + path, headers=sent, content=content, json=json_body
+                )
+            except httpx.HTTPError as exc:
+                failure: ProjectorError = ControlPlaneUnavailable(
+                    f"{operation}: the control plane is unreachable: {type(exc).__name__}: {exc} "
+                    f"(request_id={request_id})"
+                )
+                cause = exc
+                log.warning(
+                    "control %s failed request_id=%s %s error=%s",
+                    operation,
+                    request_id,
+                    context,
+                    type(exc).__name__,
+                )
+            else:
+                status = response.status_code
+                log.debug(
+                    "control %s status=%d request_id=%s %s", operation, status, request_id, context
+                )
+                if status < 300:
+                    return response
+                code, failure = _refusal(operation, response, request_id)
+                log.warning(
+                    "control %s refused status=%d code=%s request_id=%s %s",
+                    operation,
+                    status,
+                    code,
+                    request_id,
+                    context,
+                )
+                if status == 401 and callable(self._token_source) and not refreshed:
+                    refreshed = True
+                    if self._token() != token:
+                        continue
+                if status not in RETRYABLE_STATUS:
+                    raise failure
+                retry_after = retry_after_seconds(response.headers.get("Retry-After"))
+            if attempt >= self.retries:
+                raise failure from cause
+            delay = self._delay(attempt, retry_after)
+            attempt += 1
+            log.info("control %s retry %d in %.2fs %s", operation, attempt, delay, context)
+            self._sleep(delay)
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        backoff = min(self.backoff_max_s, self.backoff_s * (1 << min(attempt, 30))) * self._rand()
+        if retry_after is None:
+            return backoff
+        return max(backoff, min(retry_after, self.retry_after_max_s))
+
+
+def _chunk_key(key: str, index: int, count: int) -> str:
+    if count == 1:
+        return key
+    suffix = f":{index + 1}/{count}"
+    if len(key) + len(suffix) > MAX_IDEMPOTENCY_KEY:
+        key = "sha256:" + hashlib.sha256(key.encode("utf-8")).hexdigest()
+    return key + suffix
+
+
+def _error_of(response: httpx.Response) -> tuple[str, str, dict[str, Any]]:
+    """``code``, ``message``, ``details`` of an ``ErrorResponse`` (placeholders otherwise)."""
+    try:
+        error = response.json()["error"]
+        details = error.get("details")
+        return (
+            str(error["code"]),
+            str(error["message"])[:500],
+            details if isinstance(details, dict) else {},
+        )
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return f"http_{response.status_code}", f"HTTP {response.status_code}", {}
+
+
+def _refusal(
+    operation: str, response: httpx.Response, request_id: str
+) -> tuple[str, ProjectorError]:
+    """The ``ErrorResponse`` code of a non-2xx answer, and the error it maps to."""
+    status = response.status_code
+    code, message, details = _error_of(response)
+    text = f"{operation} answered {status} {code}: {message}"
+    if details:
+        text += f" details={json.dumps(details, sort_keys=True, default=str)[:MAX_DETAIL_CHARS]}"
+    text += f" (request_id={request_id})"
+    if status == 409 and code == "inactive_generation":
+        active = details.get("active_generation")
+        return code, InactiveGeneration(
+            text, active_generation=active if isinstance(active, str) and active else None
+        )
+    if status in RETRYABLE_STATUS:
+        return code, ControlPlaneUnavailable(text, status=status)
+    return code, ControlPlaneRefused(text, status=status, code=code)
+
+
+def _protocol(operation: str, problem: str) -> ControlPlaneUnavailable:
+    """A 2xx whose body breaks the contract (a proxy page, a server bug): transient, so the
+    message stays in the queue until it is fixed or dead-lettered by the retry limit."""
+    return ControlPlaneUnavailable(f"{operation}: the control plane answered {problem}")
+
+
+def _json_object(response: httpx.Response) -> dict[str, Any]:
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise _protocol(response.request.url.path, f"{response.status_code} without a JSON object")
+    return data
+
+
+def _batch_ack(response: httpx.Response) -> BatchAck:
+    data = _json_object(response)
+    try:
+        ack = BatchAck(
+            status=response.status_code,
+            batch_id=_text(data["batch_id"]),
+            root_id=_text(data["root_id"]),
+            generation=_text(data["generation"]),
+            row_count=_count(data["row_count"]),
+            content_digest=_text(data["content_digest"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise _protocol("put_batch", f"a ProjectionBatchResponse missing {exc}") from None
+    if ack.status not in (200, 201) or data.get("state") != "visible":
+        raise _protocol("put_batch", f"{ack.status} with state {data.get('state')!r}")
+    return ack
+
+
+def _count(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise TypeError(f"row_count {value!r} is not a count")
+    return value
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{value!r} is not a string")
+    return value
+
+
+__all__ = [
+    "BatchAck",
+    "ControlClient",
+    "ControlPlaneRefused",
+    "ControlPlaneUnavailable",
+    "EncodedBatch",
+    "ErasureAck",
+    "InactiveGeneration",
+    "PublicBatchLike",
+    "encode_batch",
+    "new_request_id",
+]

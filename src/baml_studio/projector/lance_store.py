@@ -1,0 +1,589 @@
+"""The private datasets in Lance: :class:`PrivateStore` (docs/projector.md, DESIGN.md §4–§5).
+
+Datasets under ``root_uri`` (a local directory, or
+``s3://bucket/derived/v1/<tenant>/<project>/<environment>`` with ``storage_options``)::
+
+    dataset          columns                                                   key
+    values_v1        cid string, codec uint16, body large_binary, locator      cid
+                     string
+    value_paths_v1   cid, path, kind string, str_value large_string,           (cid, path)
+                     num_value float64 (value_paths.py)
+    <relation>       row_id string, execution_id string, then the relation's   row_id
+                     private_schema columns (value handles are binary)
+    projected_v1     execution_id, root_id, process_id string, projected_at    execution_id
+                     timestamp[us, UTC]
+
+A dataset is created by its first write. ``projected_v1`` is the commit marker: an execution is
+indexed at a version of ``projected_v1`` iff its row is there, and :meth:`write_execution`
+writes it last, after every relation, so a crash in between leaves no marker and a redelivery
+rewrites the same rows (same row ids, update on match).
+
+Writers. Every write of one dataset holds its writer lock: a process-wide lock per dataset URI
+and, for a local root, an exclusive ``flock`` on ``<root>/<dataset>.lock``, so one writer per
+dataset runs at a time across threads and processes. Under the lock a write reads the newest
+version, drops the keys already there and commits; Lance rebases the commit over compatible
+concurrent commits, and a :class:`lance.commit.CommitConflictError` re-plans the write against
+the newest version (bounded attempts, exponential backoff) — never a blind re-append. Lance
+cannot lock an object store: on ``s3://`` several projector *processes* writing one dataset
+must be serialised by the caller (one projector per tenant/project/environment), because two
+concurrent inserts of the same new keys can both commit (upstream Lance behaviour; without the
+lock, a local probe also lost a whole write when two processes created one dataset at once).
+The alternative this module does not take is a ``lance-schema:unenforced-primary-key=true``
+key field merged with ``use_index(False)``.
+
+Ingest writes a batch's ``value_paths_v1`` rows before its ``values_v1`` rows, so a cid
+present in ``values_v1`` always has its paths; a crash in between is repaired by the next
+ingest of the cid, which appends paths only for cids that have none (one commit holds all
+rows of a batch, so a cid's paths are all there or none are).
+
+Maintenance: schedule :meth:`PrivateStore.compact` (for example hourly) with a retention
+longer than the longest-lived query bound to a version; it builds the scalar indexes of
+:data:`INDEXES` (BTREE for ids and cids, NGRAM on ``value_paths_v1.str_value`` for
+``contains`` / ``LIKE '%x%'``), folds small fragments together and removes old versions.
+
+Errors (the ``ProjectorError`` tree of :mod:`.errors`; retry on ``exc.transient``)::
+
+    ProjectorError
+    ├── LanceCommitFailed               a write did not commit (conflicts past the retry
+    │                                   budget, I/O); transient: every write is idempotent
+    ├── PrivateStoreError               bad input or an unusable dataset; terminal
+    └── PrivateStoreUnavailable         a read failed on I/O; transient
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Literal
+
+import lance
+import pyarrow as pa
+import pyarrow.compute as pc
+from lance.commit import CommitConflictError
+
+from baml_studio.catalog.schema import RELATIONS
+from baml_studio.catalog.split import private_schema
+from baml_studio.format.errors import ValueCorrupt
+from baml_studio.format.ids import InvalidWireId, parse_value_cid_wire, value_cid
+from baml_studio.projector.errors import LanceCommitFailed, ProjectorError
+from baml_studio.projector.value_paths import VALUE_PATHS_SCHEMA, leaf_rows, paths_table
+
+VALUES = "values_v1"
+VALUE_PATHS = "value_paths_v1"
+PROJECTED = "projected_v1"
+RELATION_DATASETS: tuple[str, ...] = tuple(
+    r.name for r in RELATIONS if not r.internal and r.private_columns()
+)
+"""Public relations with private columns, each with its own dataset."""
+DATASETS: tuple[str, ...] = (VALUES, VALUE_PATHS, *RELATION_DATASETS, PROJECTED)
+
+VALUES_SCHEMA = pa.schema(
+    [
+        pa.field("cid", pa.string(), nullable=False),
+        pa.field("codec", pa.uint16(), nullable=False),
+        pa.field("body", pa.large_binary(), nullable=False),
+        pa.field("locator", pa.string(), nullable=False),
+    ]
+)
+PROJECTED_SCHEMA = pa.schema(
+    [
+        pa.field("execution_id", pa.string(), nullable=False),
+        pa.field("root_id", pa.string(), nullable=False),
+        pa.field("process_id", pa.string(), nullable=False),
+        pa.field("projected_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+IndexType = Literal["BTREE", "NGRAM"]
+INDEXES: dict[str, tuple[tuple[str, IndexType], ...]] = {
+    VALUES: (("cid", "BTREE"),),
+    VALUE_PATHS: (("cid", "BTREE"), ("path", "BTREE"), ("str_value", "NGRAM")),
+    PROJECTED: (("execution_id", "BTREE"),),
+    **{name: (("row_id", "BTREE"), ("execution_id", "BTREE")) for name in RELATION_DATASETS},
+}
+"""Scalar indexes :meth:`PrivateStore.compact` builds: ``(column, index type)`` per dataset."""
+IN_LIST_CHUNK = 1000
+DEFAULT_MAX_ATTEMPTS = 6
+DEFAULT_BACKOFF_S = 0.05
+MAX_BACKOFF_S = 2.0
+
+
+class PrivateStoreError(ProjectorError):
+    """Bad input to the private store (a wrong CID, rows that do not fit the relation), or a
+    dataset it cannot use. Terminal: the same call fails the same way."""
+
+    transient = False
+
+
+class PrivateStoreUnavailable(ProjectorError):
+    """A read failed on I/O (the bucket or disk did not answer). Retry later."""
+
+    transient = True
+
+
+def relation_schema(relation: str) -> pa.Schema:
+    """``row_id``, ``execution_id``, then ``private_schema(relation)`` without field metadata."""
+    if relation not in RELATION_DATASETS:
+        raise PrivateStoreError(
+            f"{relation!r} has no private dataset; valid relations: {list(RELATION_DATASETS)}"
+        )
+    head = [pa.field("row_id", pa.string(), False), pa.field("execution_id", pa.string(), False)]
+    rest = [
+        pa.field(f.name, f.type, f.nullable)
+        for f in private_schema(next(r for r in RELATIONS if r.name == relation))
+        if f.name not in ("row_id", "execution_id")
+    ]
+    return pa.schema(head + rest)
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetCompaction:
+    name: str
+    version_before: int
+    version_after: int
+    fragments_removed: int
+    fragments_added: int
+    indexes_created: tuple[str, ...]
+    versions_removed: int
+    bytes_removed: int
+
+
+@dataclass(frozen=True, slots=True)
+class CompactReport:
+    datasets: tuple[DatasetCompaction, ...]
+
+
+_PROCESS_LOCKS: dict[str, threading.Lock] = {}
+_PROCESS_LOCKS_GUARD = threading.Lock()
+
+
+def _process_lock(uri: str) -> threading.Lock:
+    with _PROCESS_LOCKS_GUARD:
+        return _PROCESS_LOCKS.setdefault(uri, threading.Lock())
+
+
+def sql_literal(text: str) -> str:
+    """``text`` as a quoted SQL string literal for a Lance filter."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _in_filter(column: str, keys: Sequence[str]) -> str:
+    return f"{column} IN ({', '.join(sql_literal(k) for k in keys)})"
+
+
+def _chunks(keys: Iterable[str]) -> Iterator[list[str]]:
+    ordered = sorted(set(keys))
+    for start in range(0, len(ordered), IN_LIST_CHUNK):
+        yield ordered[start : start + IN_LIST_CHUNK]
+
+
+Write = Callable[["lance.LanceDataset | None"], None]
+
+
+class PrivateStore:
+    """The private Lance datasets of one tenant/project/environment (module docstring)."""
+
+    def __init__(
+        self,
+        root_uri: str,
+        *,
+        storage_options: dict[str, str] | None = None,
+        clock: Callable[[], datetime] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        backoff_s: float = DEFAULT_BACKOFF_S,
+    ) -> None:
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+        remote = "://" in root_uri and not root_uri.startswith("file://")
+        local = None if remote else Path(root_uri.removeprefix("file://")).resolve()
+        self._local_root = local
+        self._root = str(local) if local is not None else root_uri.rstrip("/")
+        self._storage_options = dict(storage_options or {})
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self._sleep = sleep
+        self._max_attempts = max_attempts
+        self._backoff_s = backoff_s
+
+    @property
+    def root_uri(self) -> str:
+        return self._root
+
+    def uri(self, name: str) -> str:
+        """The URI of dataset ``name``."""
+        return f"{self._root}/{name}"
+
+    # --- values ---------------------------------------------------------------------------
+
+    def ingest_values(self, entries: Iterable[tuple[str, int, bytes, str]]) -> int:
+        """Store ``(cid, codec, body, locator)`` entries whose cid is new; return how many.
+
+        Duplicates within the call keep the first entry; every cid must be the wire CID of its
+        codec and body. The path rows of the new codec-1 values are written first, then the
+        values (so a value present in ``values_v1`` always has its paths); a body that does not
+        decode is stored without path rows.
+        """
+        batch: dict[str, tuple[int, bytes, str]] = {}
+        for cid, codec, body, locator in entries:
+            if cid not in batch:
+                _check_cid(cid, codec, body)
+                batch[cid] = (codec, bytes(body), locator)
+        if not batch:
+            return 0
+        with self._writer(VALUE_PATHS), self._writer(VALUES):
+            new = sorted(self.missing_values(batch))
+            if not new:
+                return 0
+            rows = []
+            for cid in new:
+                codec, body, _ = batch[cid]
+                with contextlib.suppress(ValueCorrupt):
+                    rows.extend(leaf_rows(cid, codec, body))
+            if rows:
+                self._commit_locked(VALUE_PATHS, self._append_new_cids(paths_table(rows)))
+            values = pa.Table.from_pydict(
+                {
+                    "cid": new,
+                    "codec": [batch[c][0] for c in new],
+                    "body": [batch[c][1] for c in new],
+                    "locator": [batch[c][2] for c in new],
+                },
+                schema=VALUES_SCHEMA,
+            )
+            self._commit_locked(VALUES, self._merge(VALUES, values, "cid", update=False))
+        return len(new)
+
+    def missing_values(self, cids: Iterable[str]) -> set[str]:
+        """The cids of ``cids`` not in the newest ``values_v1`` (all of them if it is absent)."""
+        wanted = set(cids)
+        return wanted - self._present(self._open(VALUES), "cid", wanted)
+
+    def get_values(self, cids: Iterable[str]) -> dict[str, tuple[int, bytes]]:
+        """``cid -> (codec, body)`` for the cids present; absent cids are left out."""
+        ds = self._open(VALUES)
+        out: dict[str, tuple[int, bytes]] = {}
+        if ds is None:
+            return out
+        for chunk in _chunks(cids):
+            table = self._read(ds, ["cid", "codec", "body"], _in_filter("cid", chunk))
+            for cid, codec, body in zip(
+                *(table[c].to_pylist() for c in table.column_names), strict=True
+            ):
+                out[cid] = (codec, body)
+        return out
+
+    # --- executions -----------------------------------------------------------------------
+
+    def write_execution(
+        self,
+        execution_id: str,
+        root_id: str,
+        process_id: str,
+        private: Sequence[tuple[str, pa.Table]],
+    ) -> None:
+        """Upsert the private rows of one execution by ``row_id``, then its marker.
+
+        Each table holds ``row_id`` and the relation's ``private_schema`` columns
+        (``execution_id`` may be left out; if present it must equal ``execution_id``). Rows
+        of an earlier run that this run does not produce are kept: projection is
+        deterministic; to re-project differently, :meth:`delete_executions` first.
+        """
+        names = [name for name, _ in private]
+        if len(set(names)) != len(names):
+            raise PrivateStoreError(f"execution {execution_id}: a relation repeats in {names}")
+        prepared = [(name, _prepare_rows(name, table, execution_id)) for name, table in private]
+        for name, table in prepared:
+            if table.num_rows:
+                self._commit(name, self._merge(name, table, "row_id", update=True))
+        marker = pa.Table.from_pylist(
+            [
+                {
+                    "execution_id": execution_id,
+                    "root_id": root_id,
+                    "process_id": process_id,
+                    "projected_at": self._clock(),
+                }
+            ],
+            schema=PROJECTED_SCHEMA,
+        )
+        self._commit(PROJECTED, self._merge(PROJECTED, marker, "execution_id", update=False))
+
+    def projected(self, execution_ids: Iterable[str]) -> set[str]:
+        """The ids of ``execution_ids`` with a marker in the newest ``projected_v1``."""
+        return self._present(self._open(PROJECTED), "execution_id", set(execution_ids))
+
+    def projected_at(self, version: int) -> set[str]:
+        """Every execution id with a marker at ``version`` of ``projected_v1`` (0: none)."""
+        if version == 0:
+            return set()
+        ds = self._open(PROJECTED, version=version)
+        if ds is None:
+            raise PrivateStoreError(f"{PROJECTED} does not exist; version {version} is unknown")
+        return set(self._read(ds, ["execution_id"], None)["execution_id"].to_pylist())
+
+    def version(self) -> dict[str, int]:
+        """The newest version of each dataset that exists (absent datasets are left out)."""
+        out = {}
+        for name in DATASETS:
+            ds = self._open(name)
+            if ds is not None:
+                out[name] = ds.version
+        return out
+
+    def open_dataset(self, name: str, *, version: int | None = None) -> lance.LanceDataset | None:
+        """Dataset ``name`` at ``version`` (newest if ``None``) for readers; ``None`` if it
+        does not exist. Raises :class:`PrivateStoreError` for an unknown name or version."""
+        if name not in DATASETS:
+            raise PrivateStoreError(f"unknown dataset {name!r}; valid: {list(DATASETS)}")
+        return self._open(name, version=version)
+
+    def delete_executions(self, execution_ids: Iterable[str]) -> None:
+        """Delete the rows of ``execution_ids`` from ``projected_v1`` (first, so no execution
+        is indexed without its rows) and from every relation dataset. Values stay."""
+        ids = set(execution_ids)
+        if not ids:
+            return
+        for name in (PROJECTED, *RELATION_DATASETS):
+            for chunk in _chunks(ids):
+                self._commit(name, _delete(_in_filter("execution_id", chunk)))
+
+    # --- maintenance ----------------------------------------------------------------------
+
+    def compact(self, retention: timedelta, *, now: datetime | None = None) -> CompactReport:
+        """Compact small fragments, build missing scalar indexes (:data:`INDEXES`), add new
+        rows to existing ones, and remove versions older than ``now - retention``. Versions
+        newer than that stay readable, so a query bound to a recent version keeps working."""
+        if retention < timedelta(0):
+            raise PrivateStoreError(f"retention must not be negative, got {retention}")
+        now = now or self._clock()
+        older_than = max(retention + (datetime.now(UTC) - now), timedelta(0))
+        reports = []
+        for name in DATASETS:
+            with self._writer(name):
+                ds = self._open(name)
+                if ds is not None:
+                    reports.append(self._compact_one(name, ds, older_than))
+        return CompactReport(tuple(reports))
+
+    def _compact_one(
+        self, name: str, ds: lance.LanceDataset, older_than: timedelta
+    ) -> DatasetCompaction:
+        before = ds.version
+        try:
+            metrics = ds.optimize.compact_files()
+            ds = self._require(name)
+            existing = {index.name for index in ds.describe_indices()}
+            created = []
+            for column, index_type in INDEXES[name]:
+                index_name = f"{column}_{index_type.lower()}"
+                if index_name not in existing:
+                    ds.create_scalar_index(column, index_type, name=index_name)
+                    created.append(index_name)
+            if existing:
+                ds.optimize.optimize_indices(index_names=sorted(existing))
+            ds = self._require(name)
+            stats = ds.cleanup_old_versions(older_than=older_than)
+        except OSError as exc:  # CommitConflictError included: compaction is rescheduled
+            raise LanceCommitFailed(f"compaction of {self.uri(name)} failed: {exc}") from exc
+        return DatasetCompaction(
+            name,
+            before,
+            ds.version,
+            metrics.fragments_removed,
+            metrics.fragments_added,
+            tuple(created),
+            stats.old_versions,
+            stats.bytes_removed,
+        )
+
+    # --- Lance plumbing -------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _writer(self, name: str) -> Iterator[None]:
+        """The writer lock of dataset ``name`` (module docstring). Not reentrant."""
+        with _process_lock(self.uri(name)):
+            if self._local_root is None:
+                yield
+                return
+            self._local_root.mkdir(parents=True, exist_ok=True)
+            with open(self._local_root / f"{name}.lock", "a+b") as handle:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+                try:
+                    yield
+                finally:
+                    fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+    def _commit(self, name: str, write: Write) -> None:
+        with self._writer(name):
+            self._commit_locked(name, write)
+
+    def _commit_locked(self, name: str, write: Write) -> None:
+        """Run ``write`` against the newest version; re-plan on a commit conflict."""
+        for attempt in range(self._max_attempts):
+            try:
+                write(self._open(name))
+                return
+            except CommitConflictError as exc:
+                if attempt + 1 == self._max_attempts:
+                    raise LanceCommitFailed(
+                        f"{self.uri(name)}: still conflicting after {self._max_attempts} "
+                        f"attempts: {exc}"
+                    ) from exc
+                delay = min(MAX_BACKOFF_S, self._backoff_s * 2**attempt)
+                self._sleep(delay * (0.5 + random.random() / 2))
+            except OSError as exc:
+                raise LanceCommitFailed(f"writing {self.uri(name)} failed: {exc}") from exc
+            except ValueError as exc:
+                raise PrivateStoreError(f"Lance refused a write to {self.uri(name)}: {exc}") from (
+                    exc
+                )
+
+    def _create(self, name: str, table: pa.Table) -> None:
+        """First write of ``name``. Losing a creation race (another process on an object
+        store) reads as a commit conflict: the next attempt merges into the winner."""
+        try:
+            lance.write_dataset(
+                table, self.uri(name), mode="create", storage_options=self._storage_options
+            )
+        except OSError as exc:
+            if isinstance(exc, CommitConflictError) or self._open(name) is None:
+                raise
+            raise CommitConflictError(f"{self.uri(name)} was created concurrently") from exc
+
+    def _merge(self, name: str, table: pa.Table, on: str, *, update: bool) -> Write:
+        """Insert the rows whose ``on`` key is absent; with ``update``, replace the others."""
+
+        def write(ds: lance.LanceDataset | None) -> None:
+            if ds is None:
+                self._create(name, table)
+                return
+            builder = ds.merge_insert(on)
+            if update:
+                builder = builder.when_matched_update_all()
+            builder = builder.when_not_matched_insert_all()
+            transaction, stats = builder.execute_uncommitted(table)
+            if stats["num_inserted_rows"] or stats["num_updated_rows"]:
+                lance.LanceDataset.commit(ds, transaction)
+
+        return write
+
+    def _append_new_cids(self, table: pa.Table) -> Write:
+        """Append the rows of the cids absent from the dataset (a crash after an earlier
+        append of the same cids committed all of their rows at once, or none)."""
+
+        def write(ds: lance.LanceDataset | None) -> None:
+            if ds is None:
+                self._create(VALUE_PATHS, table)
+                return
+            cids = set(table["cid"].to_pylist())
+            present = self._present(ds, "cid", cids)
+            rows = table.filter(
+                pc.invert(pc.is_in(table["cid"], pa.array(sorted(present), pa.string())))
+            )
+            if rows.num_rows:
+                fragments = lance.fragment.write_fragments(
+                    rows, ds, schema=VALUE_PATHS_SCHEMA, storage_options=self._storage_options
+                )
+                lance.LanceDataset.commit(
+                    ds, lance.LanceOperation.Append(fragments), read_version=ds.version
+                )
+
+        return write
+
+    def _open(self, name: str, *, version: int | None = None) -> lance.LanceDataset | None:
+        if self._local_root is not None and not (self._local_root / name / "_versions").is_dir():
+            return None
+        try:
+            return lance.dataset(
+                self.uri(name), version=version, storage_options=self._storage_options
+            )
+        except ValueError as exc:
+            # Lance reports a missing dataset or version as ValueError("... was not found").
+            if "not found" not in str(exc):
+                raise PrivateStoreError(f"cannot open {self.uri(name)}: {exc}") from exc
+            if version is not None:
+                raise PrivateStoreError(
+                    f"{self.uri(name)} has no version {version}; see PrivateStore.version()"
+                ) from exc
+            return None
+        except OSError as exc:
+            raise PrivateStoreUnavailable(f"cannot open {self.uri(name)}: {exc}") from exc
+
+    def _require(self, name: str) -> lance.LanceDataset:
+        ds = self._open(name)
+        if ds is None:
+            raise PrivateStoreError(f"{self.uri(name)} disappeared during maintenance")
+        return ds
+
+    def _read(self, ds: lance.LanceDataset, columns: list[str], where: str | None) -> pa.Table:
+        try:
+            return ds.to_table(columns=columns, filter=where)
+        except OSError as exc:
+            raise PrivateStoreUnavailable(f"reading {ds.uri} failed: {exc}") from exc
+
+    def _present(self, ds: lance.LanceDataset | None, column: str, keys: set[str]) -> set[str]:
+        if ds is None or not keys:
+            return set()
+        found: set[str] = set()
+        for chunk in _chunks(keys):
+            found.update(self._read(ds, [column], _in_filter(column, chunk))[column].to_pylist())
+        return found
+
+
+def _delete(where: str) -> Write:
+    def write(ds: lance.LanceDataset | None) -> None:
+        if ds is not None:
+            ds.delete(where)
+
+    return write
+
+
+def _check_cid(cid: str, codec: int, body: bytes) -> None:
+    if not 0 <= codec <= 0xFFFF:
+        raise PrivateStoreError(f"value {cid}: codec must fit in u16, got {codec}")
+    try:
+        raw = parse_value_cid_wire(cid)
+    except InvalidWireId as exc:
+        raise PrivateStoreError(f"not a value CID (bamlv_1_<64 hex>): {cid!r}") from exc
+    if value_cid(codec, body) != raw:
+        raise PrivateStoreError(
+            f"value {cid}: the CID does not match codec {codec} and the {len(body)}-byte body"
+        )
+
+
+def _prepare_rows(relation: str, table: pa.Table, execution_id: str) -> pa.Table:
+    """``table`` cast to :func:`relation_schema`, checked: no extra or missing columns, no
+    NULL or repeated ``row_id``, every ``execution_id`` equal to the execution's."""
+    schema = relation_schema(relation)
+    given = set(table.column_names)
+    missing = [f.name for f in schema if f.name not in given and f.name != "execution_id"]
+    extra = sorted(given - set(schema.names))
+    if missing or extra:
+        raise PrivateStoreError(
+            f"{relation} rows of {execution_id}: missing columns {missing}, unknown {extra}; "
+            f"expected {schema.names}"
+        )
+    if "execution_id" in given:
+        ids = table["execution_id"]
+        if ids.null_count or pc.any(pc.not_equal(ids, execution_id)).as_py():
+            raise PrivateStoreError(
+                f"{relation} rows carry execution ids other than {execution_id}"
+            )
+    else:
+        table = table.append_column("execution_id", pa.array([execution_id] * table.num_rows))
+    row_ids = table["row_id"]
+    if row_ids.null_count or pc.count_distinct(row_ids).as_py() != table.num_rows:
+        raise PrivateStoreError(f"{relation} rows of {execution_id}: row_id NULL or repeated")
+    try:
+        columns = [table[f.name].cast(f.type) for f in schema]
+        return pa.Table.from_arrays(columns, schema=schema).combine_chunks()
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        raise PrivateStoreError(
+            f"{relation} rows of {execution_id} do not fit {schema.names}: {exc}"
+        ) from exc

@@ -1,0 +1,195 @@
+"""One execution's public batches and private rows. Pure: no I/O, no clock, no randomness.
+
+:func:`project_execution` folds the execution (:func:`baml_studio.catalog.fold.fold_execution`),
+adds its engine's ``function_definitions_v1`` rows, and cuts every public relation in two
+with :func:`baml_studio.catalog.split.split_table`. Ids (``docs/projector.md``, system contract
+"Idempotency"):
+
+* ``root_id`` — the execution id (the root thread's wire id);
+* ``batch_id = f"{root_id}.{relation}.{partition}"``; partition ``p`` holds rows
+  ``[p*n, (p+1)*n)`` of the relation in fold order, ``n = partition_rows``;
+* a fact's row id ``f"{batch_id}:{position}"``, ``position`` counted from 0 within its batch.
+
+Public batches come in relation order (``threads_v1``, ``call_path_stats_v1``, ``calls_v1``,
+``errors_v1``, ``function_definitions_v1``, ``health_v1``), then by partition; each table has
+exactly ``registered_schema(relation)`` and one chunk per column. A relation with no rows
+sends no batch (there is nothing to make visible, and the same inputs always give the same
+batches, so a retry can never leave an empty batch behind). Every execution has a root row,
+so ``threads_v1`` always has a batch.
+
+Private rows: for each relation with private columns and at least one row, one table holding
+``row_id``, ``execution_id`` (the root id; for ``function_definitions_v1``, whose rows have no
+execution, the root id of the execution they travel with) and the relation's
+``private_schema`` columns (keys, then private columns), row for row with the public batches.
+Value columns hold the value handles of :mod:`baml_studio.catalog.handles`. ``health_v1`` has
+no private column and no private rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from baml_studio.catalog.fold import fold_execution
+from baml_studio.catalog.fold_arrow import to_table
+from baml_studio.catalog.fold_inputs import ExecutionInputs
+from baml_studio.catalog.handles import Available, decode_handle
+from baml_studio.catalog.schema import CALLS, ERRORS, FUNCTION_DEFINITIONS, Relation
+from baml_studio.catalog.split import private_schema, split_table
+from baml_studio.control.schemas import PUBLIC_RELATIONS, registered_schema
+from baml_studio.format.cas import CODEC_VALUE
+
+DEFAULT_PARTITION_ROWS = 50_000
+ROW_ID = pa.field("row_id", pa.string(), nullable=False)
+EXECUTION_ID = pa.field("execution_id", pa.string(), nullable=False)
+VALUE_COLUMNS: dict[str, tuple[str, ...]] = {
+    CALLS.name: ("args", "output", "error"),
+    ERRORS.name: ("value",),
+}
+"""The virtual value columns (handles) of each relation."""
+
+
+@dataclass(frozen=True, slots=True)
+class PublicBatch:
+    """One ``PUT /projection-batches/{batch_id}``: at most ``partition_rows`` public rows."""
+
+    relation: str
+    partition: int
+    batch_id: str
+    root_id: str
+    table: pa.Table
+    """Exactly ``registered_schema(relation)``; rows in fold order."""
+
+
+@dataclass(frozen=True, slots=True)
+class PrivateRows:
+    """The private half of one relation of one execution, row for row with its batches."""
+
+    relation: str
+    table: pa.Table
+    """``row_id``, ``execution_id``, then the relation's ``private_schema`` columns."""
+
+
+@dataclass(frozen=True, slots=True)
+class Projection:
+    root_id: str
+    public: tuple[PublicBatch, ...]
+    private: tuple[PrivateRows, ...]
+    value_cids: frozenset[bytes]
+    """CIDs of the codec-1 values the rows hold as available handles: they must be in
+    ``values_v1`` before the execution is projected."""
+
+
+def batch_id(root_id: str, relation: str, partition: int) -> str:
+    return f"{root_id}.{relation}.{partition}"
+
+
+def row_id(batch: str, position: int) -> str:
+    return f"{batch}:{position}"
+
+
+def private_rows_schema(relation: Relation) -> pa.Schema:
+    """``row_id``, ``execution_id``, then ``private_schema(relation)`` (which already starts
+    with ``execution_id`` for the per-execution relations)."""
+    fields = list(private_schema(relation))
+    if "execution_id" not in (f.name for f in fields):
+        fields.insert(0, EXECUTION_ID)
+    return pa.schema([ROW_ID, *fields])
+
+
+def project_execution(
+    inputs: ExecutionInputs,
+    definitions: Sequence[Mapping[str, Any]] | pa.Table,
+    *,
+    partition_rows: int = DEFAULT_PARTITION_ROWS,
+) -> Projection:
+    """The public batches and private rows of one execution; ``definitions`` are the
+    ``function_definitions_v1`` rows of its engine (dicts, or a table with that relation's
+    schema). Raises ``ValueError`` for ``partition_rows < 1`` or a definitions table with
+    another schema."""
+    if partition_rows < 1:
+        raise ValueError(f"partition_rows must be at least 1, got {partition_rows}")
+    root_id = inputs.meta.execution_id
+    tables = fold_execution(inputs)
+    tables[FUNCTION_DEFINITIONS.name] = _definitions_table(definitions)
+    public: list[PublicBatch] = []
+    private: list[PrivateRows] = []
+    for relation in PUBLIC_RELATIONS:
+        table = tables[relation.name].combine_chunks()
+        if table.num_rows == 0:
+            continue
+        public_half, private_half = split_table(relation, table)
+        schema = registered_schema(relation.name)
+        batches = _partitions(root_id, relation.name, public_half, schema, partition_rows)
+        public.extend(batches)
+        if relation.private_columns():
+            ids = [row_id(b.batch_id, i) for b in batches for i in range(b.table.num_rows)]
+            rows = _private(relation, root_id, ids, private_half)
+            private.append(PrivateRows(relation.name, rows))
+    return Projection(root_id, tuple(public), tuple(private), _value_cids(tables))
+
+
+def _definitions_table(definitions: Sequence[Mapping[str, Any]] | pa.Table) -> pa.Table:
+    if isinstance(definitions, pa.Table):
+        if not definitions.schema.equals(FUNCTION_DEFINITIONS.schema(), check_metadata=False):
+            raise ValueError(
+                f"definitions must have the {FUNCTION_DEFINITIONS.name} schema "
+                f"{FUNCTION_DEFINITIONS.schema()}, got {definitions.schema}"
+            )
+        return definitions.cast(FUNCTION_DEFINITIONS.schema())
+    return to_table(FUNCTION_DEFINITIONS, definitions)
+
+
+def _partitions(
+    root_id: str, relation: str, table: pa.Table, schema: pa.Schema, n: int
+) -> list[PublicBatch]:
+    exact = pa.Table.from_arrays(table.columns, schema=schema)
+    out = []
+    for partition, start in enumerate(range(0, exact.num_rows, n)):
+        part = exact.slice(start, n).combine_chunks()
+        out.append(
+            PublicBatch(relation, partition, batch_id(root_id, relation, partition), root_id, part)
+        )
+    return out
+
+
+def _private(relation: Relation, root_id: str, ids: list[str], half: pa.Table) -> pa.Table:
+    schema = private_rows_schema(relation)
+    columns = {name: half[name] for name in half.column_names}
+    columns["row_id"] = pa.chunked_array([pa.array(ids, pa.string())])
+    if "execution_id" not in columns:
+        columns["execution_id"] = pa.chunked_array([pa.array([root_id] * len(ids), pa.string())])
+    return pa.Table.from_arrays([columns[f.name] for f in schema], schema=schema).combine_chunks()
+
+
+def _value_cids(tables: Mapping[str, pa.Table]) -> frozenset[bytes]:
+    cids: set[bytes] = set()
+    for name, columns in VALUE_COLUMNS.items():
+        table = tables[name]
+        for column in columns:
+            cids.update(_available(table[column].to_pylist()))
+    return frozenset(cids)
+
+
+def _available(handles: Iterable[bytes | None]) -> Iterable[bytes]:
+    for raw in handles:
+        if raw is None:
+            continue
+        handle = decode_handle(raw)
+        if isinstance(handle, Available) and handle.codec == CODEC_VALUE:
+            yield handle.cid
+
+
+__all__ = [
+    "DEFAULT_PARTITION_ROWS",
+    "PrivateRows",
+    "Projection",
+    "PublicBatch",
+    "batch_id",
+    "private_rows_schema",
+    "project_execution",
+    "row_id",
+]

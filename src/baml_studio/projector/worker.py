@@ -1,0 +1,315 @@
+"""One projection-queue message at a time: dispatch by key suffix, verify, project, write, delete.
+
+Per message (system contract, "Projector progress for one queue message")::
+
+    received -> verified -> facts visible -> Lance version committed -> message deleted
+                        \\-> pending (message left for a retry)
+                        \\-> quarantined (dead-letter queue + quarantine marker)
+
+* ``.bamlpack.zst``: decompress, verify every entry (publisher/pack.py) and ingest the values
+  into ``values_v1`` (duplicates collapse by CID). No public fact leaves the data plane.
+* ``.bamlmeta.zst``: gather every RootEnded execution of the object (evidence by key), make sure
+  every value it references is in ``values_v1`` (else ingest it from ``cas/values/``, else the
+  message stays: ``pending``), project it (pure), send its public batches to the control plane
+  (each answers once visible), write its private rows to Lance with the ``projected_v1`` marker
+  last, and only then delete the message.
+
+Verification failures (a key outside its scope's evidence prefix, a bad checksum, a malformed
+object despite a valid checksum, an unsupported version) quarantine the message at once: it goes
+to the dead-letter queue and ``<scope prefix>/quarantine/<rest of key>.quarantine`` records why;
+the object's bytes stay. Transient failures (bucket, control plane, Lance) leave the message for
+redelivery after a backoff; after ``maxReceiveCount`` the queue dead-letters it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from baml_studio.format.errors import BamlStudioError
+from baml_studio.format.ids import value_cid_wire
+from baml_studio.gateway.config import Scope
+from baml_studio.gateway.keys import evidence_prefix
+from baml_studio.objectstore.errors import ObjectAlreadyExists, ObjectNotFound
+from baml_studio.objectstore.port import ObjectStore
+from baml_studio.projector.control_client import ControlClient
+from baml_studio.projector.errors import (
+    EvidenceCorrupt,
+    EvidenceMissing,
+    EvidenceOutOfScope,
+    InactiveGeneration,
+    ProjectorError,
+    ValuesPending,
+)
+from baml_studio.projector.evidence import EvidenceReader
+from baml_studio.projector.gather import gather_root_ended
+from baml_studio.projector.lance_store import PrivateStore
+from baml_studio.projector.messages import (
+    EvidenceKey,
+    MalformedKey,
+    MalformedMessage,
+    ObjectEvent,
+    parse_evidence_key,
+    parse_notification,
+)
+from baml_studio.projector.project import Projection, project_execution
+from baml_studio.publisher.errors import PackError
+from baml_studio.publisher.pack import decode_pack
+from baml_studio.queue.port import Message, Queue
+
+log = logging.getLogger(__name__)
+
+Outcome = Literal["deleted", "retry", "quarantined"]
+MAX_PACK_BYTES = 256 * 1024 * 1024
+QUARANTINE_SUFFIX = ".quarantine"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    catalog_version: str = "v1"
+    """Catalog version the projector folds and registers with the control plane."""
+
+    retry_backoff_s: tuple[int, ...] = (5, 15, 30, 60, 120, 300, 600)
+    """Visibility timeout before the n-th redelivery of a message left for a retry."""
+
+    partition_rows: int = 50_000
+    """Rows per public batch."""
+
+    batch_concurrency: int = 4
+    """Public batches of one execution sent at once."""
+
+
+@dataclass
+class WorkerStats:
+    messages: int = 0
+    deleted: int = 0
+    retried: int = 0
+    quarantined: int = 0
+    executions: int = 0
+    packs: int = 0
+    values: int = 0
+    pending: int = 0
+
+
+class Quarantine(ProjectorError):
+    """Internal: the message must go to the dead-letter queue with a marker."""
+
+    transient = False
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"{key}: {reason}", key=key)
+        self.reason = reason
+
+
+class ProjectorWorker:
+    def __init__(
+        self,
+        *,
+        store: ObjectStore,
+        queue: Queue,
+        control: ControlClient,
+        private_store: Callable[[Scope], PrivateStore],
+        config: WorkerConfig | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.queue = queue
+        self.control = control
+        self.private_store = private_store
+        self.config = config or WorkerConfig()
+        self.clock = clock
+        self.stats = WorkerStats()
+
+    # -- the loop -------------------------------------------------------------------
+
+    def run_once(self, *, max_messages: int = 10, wait_s: float = 0) -> int:
+        """Receive and handle one batch of messages; the number handled."""
+        messages = self.queue.receive(max_messages=max_messages, wait_s=wait_s)
+        for message in messages:
+            self.handle(message)
+        return len(messages)
+
+    def drain(self, *, max_rounds: int = 1000) -> int:
+        """Handle messages until the queue has none visible (tests, replay)."""
+        handled = 0
+        for _ in range(max_rounds):
+            count = self.run_once()
+            if count == 0:
+                break
+            handled += count
+        return handled
+
+    def handle(self, message: Message) -> Outcome:
+        self.stats.messages += 1
+        try:
+            self.process(message.body)
+        except Quarantine as exc:
+            self._quarantine(message, exc)
+            return "quarantined"
+        except ValuesPending as exc:
+            self.stats.pending += 1
+            log.info("message %s pending: %s", message.id, exc)
+            return self._retry(message)
+        except ProjectorError as exc:
+            if exc.transient:
+                log.warning("message %s retried: %s", message.id, type(exc).__name__)
+                return self._retry(message)
+            self._quarantine(message, Quarantine("(message)", f"{type(exc).__name__}: {exc}"))
+            return "quarantined"
+        except BamlStudioError as exc:
+            if getattr(exc, "transient", False):
+                log.warning("message %s retried: %s", message.id, type(exc).__name__)
+                return self._retry(message)
+            self._quarantine(message, Quarantine("(message)", f"{type(exc).__name__}: {exc}"))
+            return "quarantined"
+        self.queue.delete(message.receipt)
+        self.stats.deleted += 1
+        return "deleted"
+
+    def _retry(self, message: Message) -> Outcome:
+        backoff = self.config.retry_backoff_s
+        delay = backoff[min(message.receive_count - 1, len(backoff) - 1)]
+        self.queue.change_visibility(message.receipt, delay)
+        self.stats.retried += 1
+        return "retry"
+
+    def _quarantine(self, message: Message, exc: Quarantine) -> None:
+        log.warning("message %s quarantined: %s", message.id, exc.reason)
+        self._write_marker(exc)
+        self.queue.send_to_dead_letter(message, exc.reason[:1000])
+        self.stats.quarantined += 1
+
+    def _write_marker(self, exc: Quarantine) -> None:
+        try:
+            evidence = parse_evidence_key(exc.key)
+        except MalformedKey:
+            return
+        prefix = evidence_prefix(evidence.scope)
+        rest = exc.key[len(prefix) :]
+        marker_key = f"{prefix}quarantine/{rest}{QUARANTINE_SUFFIX}"
+        body = json.dumps(
+            {"key": exc.key, "reason": exc.reason, "quarantined_at": int(self.clock())},
+            sort_keys=True,
+        ).encode("utf-8")
+        with contextlib.suppress(ObjectAlreadyExists):  # a redelivered message, marked before
+            self.store.put_if_absent(marker_key, body, hashlib.sha256(body).hexdigest())
+
+    # -- one message ----------------------------------------------------------------
+
+    def process(self, body: str) -> None:
+        try:
+            events = parse_notification(body)
+        except MalformedMessage as exc:
+            raise Quarantine("(message)", f"malformed notification: {exc}") from exc
+        for event in events:
+            self.process_event(event)
+
+    def process_event(self, event: ObjectEvent) -> None:
+        if event.bucket != self.store.bucket:
+            raise Quarantine(event.key, f"notification for another bucket {event.bucket!r}")
+        try:
+            key = parse_evidence_key(event.key)
+        except MalformedKey as exc:
+            raise Quarantine(event.key, f"not an evidence key: {exc}") from exc
+        if key.kind == "pack":
+            self.ingest_pack(event, key)
+        elif key.kind == "meta":
+            self.project_meta(event, key)
+        else:
+            log.info("ignoring a notification for %s (%s)", event.key, key.kind)
+
+    def ingest_pack(self, event: ObjectEvent, key: EvidenceKey) -> None:
+        try:
+            data = self.store.get(event.key)
+        except ObjectNotFound:
+            log.info("pack %s is gone (erased?); nothing to ingest", event.key)
+            return
+        try:
+            pack = decode_pack(data, MAX_PACK_BYTES)
+        except PackError as exc:
+            raise Quarantine(event.key, f"malformed pack: {exc}") from exc
+        entries = [
+            (value_cid_wire(e.cid), e.codec, e.decode().body, f"{event.key}#{i}")
+            for i, e in enumerate(pack.entries)
+        ]
+        added = self.private_store(key.scope).ingest_values(entries)
+        self.stats.packs += 1
+        self.stats.values += added
+
+    def project_meta(self, event: ObjectEvent, key: EvidenceKey) -> None:
+        if key.euid is None or key.sequence is None:
+            raise Quarantine(event.key, "a meta key without stream or sequence")
+        reader = EvidenceReader(self.store, key.scope)
+        try:
+            gathered = gather_root_ended(reader, key.euid, key.sequence)
+        except EvidenceMissing:
+            log.info("meta object %s is gone (erased?); nothing to project", event.key)
+            return
+        except (EvidenceCorrupt, EvidenceOutOfScope) as exc:
+            raise Quarantine(event.key, f"{type(exc).__name__}: {exc}") from exc
+        if not gathered.executions:
+            return
+        private = self.private_store(key.scope)
+        generation = self.control.active_generation(key.scope, self.config.catalog_version)
+        for inputs in gathered.executions:
+            definitions = gathered.definitions.get(inputs.meta.execution_id, [])
+            projection = project_execution(
+                inputs, definitions, partition_rows=self.config.partition_rows
+            )
+            self._ensure_values(reader, private, projection)
+            generation = self._send(key.scope, generation, projection)
+            private.write_execution(
+                projection.root_id,
+                projection.root_id,
+                inputs.process.process_id,
+                [(rows.relation, rows.table) for rows in projection.private],
+            )
+            self.stats.executions += 1
+
+    def _ensure_values(
+        self, reader: EvidenceReader, private: PrivateStore, projection: Projection
+    ) -> None:
+        wanted = {value_cid_wire(cid) for cid in projection.value_cids}
+        missing = private.missing_values(wanted) if wanted else set()
+        if not missing:
+            return
+        found = []
+        for cid_text in sorted(missing):
+            cid = bytes.fromhex(cid_text.removeprefix("bamlv_1_"))
+            try:
+                obj = reader.cas_value(cid)
+            except EvidenceMissing:
+                continue
+            found.append((cid_text, obj.codec, obj.body, f"cas:{cid_text}"))
+        if found:
+            private.ingest_values(found)
+        still = missing - {entry[0] for entry in found}
+        if still:
+            raise ValuesPending(
+                f"execution {projection.root_id}: {len(still)} values not ingested yet"
+            )
+
+    def _send(self, scope: Scope, generation: str, projection: Projection) -> str:
+        for _ in range(3):
+            try:
+                self.control.put_batches(
+                    scope,
+                    generation,
+                    projection.public,
+                    concurrency=self.config.batch_concurrency,
+                )
+                return generation
+            except InactiveGeneration as exc:
+                self.control.invalidate_generation(scope)
+                generation = exc.active_generation or self.control.active_generation(
+                    scope, self.config.catalog_version
+                )
+        raise InactiveGeneration(
+            "the active generation kept changing while projecting", active_generation=None
+        )
