@@ -35,6 +35,8 @@ class Ingest:
     worker: ProjectorWorker
     private: PrivateStore
     store_root: Path
+    gateway_url: str = ""
+    publisher_token: str = ""
 
     def generation(self) -> str:
         return self.control.metastore.active_generation(SCOPE)
@@ -128,6 +130,15 @@ def ingest_path(
                 config=config or WorkerConfig(retry_backoff_s=(0,)),
             )
             try:
-                yield Ingest(dataplane, rig.control, client, worker, private, store_root)
+                yield Ingest(
+                    dataplane,
+                    rig.control,
+                    client,
+                    worker,
+                    private,
+                    store_root,
+                    url,
+                    publisher_token,
+                )
             finally:
                 client.close()

@@ -28,6 +28,7 @@ import uvicorn
 from baml_studio.catalog import LocalStoreSource
 from baml_studio.catalog.fold import EXECUTION_RELATIONS
 from baml_studio.catalog.fold_arrow import to_table
+from baml_studio.catalog.fold_inputs import CorruptDataSegment, MissingDataSegment
 from baml_studio.catalog.fold_store import function_definition_rows
 from baml_studio.catalog.load import FunctionTables
 from baml_studio.catalog.schema import BY_NAME, FUNCTION_DEFINITIONS
@@ -237,14 +238,31 @@ def check_against_local(root: Path, reader: EvidenceReader, **kwargs: Any) -> di
     source = LocalStoreSource(root)
     seen: dict[str, Projection] = {}
     for (euid_hex, seq), projected in project_all(reader, **kwargs).items():
+        gaps = {
+            inputs.meta.execution_id
+            for inputs in projected.gathered.executions
+            if any(
+                isinstance(i, MissingDataSegment | CorruptDataSegment) for i in inputs.data.issues
+            )
+        }
         for projection in projected.projections:
             assert projection.root_id not in seen, projection.root_id
             seen[projection.root_id] = projection
             want = local_expected(source, projection.root_id)
+            if projection.root_id in gaps:  # the contract: a data gap makes it index_corrupt
+                want["threads_v1"] = _index_corrupt(want["threads_v1"], projection.root_id)
             assert_same(reassemble(projection), want, f"{euid_hex}/{seq} {projection.root_id}")
     ended = {m.execution_id for m in source.index.executions if m.ended is not None}
     assert set(seen) == ended
     return seen
+
+
+def _index_corrupt(threads: pa.Table, root_id: str) -> pa.Table:
+    rows = threads.to_pylist()
+    for row in rows:
+        if row["thread_id"] == root_id:
+            row["index_state"] = "index_corrupt"
+    return pa.Table.from_pylist(rows, schema=threads.schema)
 
 
 def copy_store(src: Path, parent: Path) -> Path:

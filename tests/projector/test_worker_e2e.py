@@ -90,3 +90,58 @@ def test_malformed_meta_with_valid_frame_is_quarantined_and_others_continue(
         assert json.loads(store.get(marker))["key"] == key
         assert store.head(key).size == len(body)  # the bytes are kept
         assert_same_relations(ingest.projected_tables(), ingest.local_tables())
+
+
+def test_local_checksum_failure_marks_exactly_the_covering_executions(
+    tmp_path: Path, chdb_dsn: str, fact_database: str, workload_store: Path
+) -> None:
+    from baml_studio.catalog import LocalStoreSource
+    from baml_studio.publisher import Publisher
+    from baml_studio.publisher.config import PublisherSettings
+    from baml_studio.store import StoreReader
+
+    with ingest_path(tmp_path, chdb_dsn, fact_database, workload_store, ship=False) as ingest:
+        root = ingest.store_root
+        reader = StoreReader(root)
+        euid = reader.list_streams()[0]
+        sequences = list(reader.data_sequences(euid))
+        bad = sequences[len(sequences) // 2]
+        path = root / "streams" / euid.hex() / "data" / f"{bad:020d}.bamldata"
+        raw = bytearray(path.read_bytes())
+        raw[len(raw) // 2] ^= 0xFF  # the trailing checksum no longer matches
+        path.write_bytes(bytes(raw))
+        settings = PublisherSettings(root, ingest.gateway_url, corrupt_block_seconds=0)
+        report = Publisher(
+            root, ingest.gateway_url, ingest.publisher_token, settings=settings
+        ).flush()
+        assert any(str(bad) in str(p) or "checksum" in str(p).lower() for p in report.problems)
+        _drain_all(ingest)
+        covering = {
+            m.execution_id
+            for m in LocalStoreSource(root).index.executions
+            if m.ended is not None
+            and m.root.euid == euid
+            and m.ended.data_first_seq <= bad <= m.ended.data_last_seq
+        }
+        assert covering
+        threads = ingest.projected_tables()["threads_v1"].to_pylist()
+        roots = {r["execution_id"]: r for r in threads if r["thread_id"] == r["execution_id"]}
+        corrupt = {e for e, r in roots.items() if r["index_state"] == "index_corrupt"}
+        assert corrupt == covering
+        projected = ingest.projected_tables()
+        local = ingest.local_tables()
+        keep = set(roots) - covering
+        assert keep  # the rest of the stream is projected, and equals the local catalog
+        assert_same_relations(
+            {n: _only(t, keep) for n, t in projected.items()},
+            {n: _only(t, keep) for n, t in local.items()},
+        )
+
+
+def _only(table, executions: set[str]):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if "execution_id" not in table.column_names:
+        return table
+    return table.filter(pc.is_in(table["execution_id"], pa.array(sorted(executions))))

@@ -32,12 +32,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from baml_studio.catalog.fold import fold_execution
 from baml_studio.catalog.fold_arrow import to_table
-from baml_studio.catalog.fold_inputs import ExecutionInputs
+from baml_studio.catalog.fold_inputs import (
+    CorruptDataSegment,
+    ExecutionInputs,
+    MissingDataSegment,
+)
 from baml_studio.catalog.handles import Available, decode_handle
-from baml_studio.catalog.schema import CALLS, ERRORS, FUNCTION_DEFINITIONS, Relation
+from baml_studio.catalog.schema import CALLS, ERRORS, FUNCTION_DEFINITIONS, THREADS, Relation
 from baml_studio.catalog.split import private_schema, split_table
 from baml_studio.control.schemas import PUBLIC_RELATIONS, registered_schema
 from baml_studio.format.cas import CODEC_VALUE
@@ -114,6 +119,8 @@ def project_execution(
         raise ValueError(f"partition_rows must be at least 1, got {partition_rows}")
     root_id = inputs.meta.execution_id
     tables = fold_execution(inputs)
+    if _data_gap(inputs):
+        tables[THREADS.name] = _mark_index_corrupt(tables[THREADS.name], root_id)
     tables[FUNCTION_DEFINITIONS.name] = _definitions_table(definitions)
     public: list[PublicBatch] = []
     private: list[PrivateRows] = []
@@ -130,6 +137,24 @@ def project_execution(
             rows = _private(relation, root_id, ids, private_half)
             private.append(PrivateRows(relation.name, rows))
     return Projection(root_id, tuple(public), tuple(private), _value_cids(tables))
+
+
+def _data_gap(inputs: ExecutionInputs) -> bool:
+    """A data object of the execution's range is absent from the bucket or fails its checksum
+    (the publisher skipped a local file that failed verification): a sequence gap."""
+    return any(
+        isinstance(issue, MissingDataSegment | CorruptDataSegment) for issue in inputs.data.issues
+    )
+
+
+def _mark_index_corrupt(threads: pa.Table, root_id: str) -> pa.Table:
+    """The root thread row says ``index_corrupt``: the contract marks every execution whose
+    data range crosses a gap in the bucket so (the local catalog keeps ``index_state`` for
+    the meta plane and reports the data issue in ``health_v1`` only; both are projected)."""
+    index = threads.schema.get_field_index("index_state")
+    root = pc.equal(threads.column("thread_id"), pa.scalar(root_id, pa.string()))
+    states = pc.if_else(root, pa.scalar("index_corrupt", pa.string()), threads.column(index))
+    return threads.set_column(index, threads.schema.field(index), states)
 
 
 def _definitions_table(definitions: Sequence[Mapping[str, Any]] | pa.Table) -> pa.Table:

@@ -1,0 +1,82 @@
+"""Options shared by the data plane's background commands (``projector``, ``sweep``,
+``replay``, ``compact``): the data-plane directory, the control plane and a workload token.
+
+``--token`` may be left out when ``BAML_WORKLOAD_TOKEN`` is set (the CLI reads it once, here).
+Exit codes of these commands: 0 success, 1 internal error, 2 usage error, 4 a store, the queue
+or the control plane is unavailable.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from baml_studio.gateway.service import load_dataplane_config
+from baml_studio.projector.service import Projector, ProjectorConfig, open_projector
+
+EXIT_UNAVAILABLE = 4
+TOKEN_ENV = "BAML_WORKLOAD_TOKEN"
+
+Command = Callable[..., None]
+
+
+def projector_options(command: Command) -> Command:
+    """Add ``--data``, ``--control-plane``, ``--token`` and ``--derived`` to ``command`` and
+    call it with a :class:`ProjectorConfig` as ``config``."""
+
+    @functools.wraps(command)
+    def run(
+        *args: Any,
+        data: Path,
+        control_plane: str,
+        token: str | None,
+        derived: str | None,
+        **kwargs: Any,
+    ) -> None:
+        workload_token = token or os.environ.get(TOKEN_ENV)
+        if not workload_token:
+            raise click.UsageError(f"give --token or set {TOKEN_ENV}")
+        try:
+            dataplane = load_dataplane_config(data, host="127.0.0.1", port=8787)
+        except (ValueError, TypeError, KeyError, OSError) as exc:
+            raise click.UsageError(f"data-plane configuration in {data}: {exc}") from exc
+        config = ProjectorConfig(dataplane, control_plane, workload_token, derived_root=derived)
+        command(*args, config=config, **kwargs)
+
+    for option in (
+        click.option(
+            "--derived",
+            default=None,
+            help="Root of the Lance datasets (default: "
+            "DATA/derived/v1, or s3://BUCKET/derived/v1 on S3).",
+        ),
+        click.option("--token", default=None, help=f"Workload token (or ${TOKEN_ENV})."),
+        click.option(
+            "--control-plane",
+            required=True,
+            metavar="URL",
+            help="Base URL of the control plane's workload API.",
+        ),
+        click.option(
+            "--data",
+            type=click.Path(path_type=Path, file_okay=False),
+            required=True,
+            help="The data-plane directory (as for serve dataplane).",
+        ),
+    ):
+        run = option(run)
+    return run
+
+
+def opened(config: ProjectorConfig) -> Projector:
+    """The projector's stores, or exit 4 when they cannot be opened."""
+    try:
+        return open_projector(config)
+    except (OSError, ValueError) as exc:
+        click.echo(f"error: cannot open the data plane's stores: {exc}", err=True)
+        raise SystemExit(EXIT_UNAVAILABLE) from exc
