@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import pyarrow as pa
 from projector_control_rig import control_plane
 from projector_fixtures import SCOPE, copy_store, real_dataplane
@@ -37,6 +38,8 @@ class Ingest:
     store_root: Path
     gateway_url: str = ""
     publisher_token: str = ""
+    captured: list[httpx.Request] = field(default_factory=list)
+    """Every request the worker sent to the control plane, bodies included."""
 
     def generation(self) -> str:
         return self.control.metastore.active_generation(SCOPE)
@@ -120,7 +123,9 @@ def ingest_path(
             if ship:
                 report = Publisher(store_root, url, publisher_token).flush()
                 assert report.complete, report.problems
-            client = ControlClient(rig.url, token, backoff_s=0.01)
+            captured: list[httpx.Request] = []
+            http = httpx.Client(timeout=30, event_hooks={"request": [captured.append]})
+            client = ControlClient(rig.url, token, backoff_s=0.01, client=http)
             private = PrivateStore(str(tmp_path / "derived"))
             worker = ProjectorWorker(
                 store=dataplane.store,
@@ -139,6 +144,8 @@ def ingest_path(
                     store_root,
                     url,
                     publisher_token,
+                    captured,
                 )
             finally:
                 client.close()
+                http.close()

@@ -31,6 +31,43 @@ def test_projected_facts_and_private_rows_equal_the_local_catalog(
         assert ingest.worker.stats.quarantined == 0
         assert ingest.worker.stats.executions > 0
         assert_same_relations(ingest.projected_tables(), ingest.local_tables())
+        _assert_no_private_data_crossed(ingest)
+
+
+def _assert_no_private_data_crossed(ingest) -> None:
+    """DESIGN.md §3: no value, source path or private column reaches the control plane."""
+    import pyarrow as pa
+
+    from baml_studio.catalog.schema import RELATIONS
+
+    private_names = {r.name: {c.name for c in r.private_columns()} for r in RELATIONS}
+    texts: list[str] = []
+    for request in ingest.captured:
+        body = request.content
+        if request.headers.get("content-encoding") == "zstd":
+            raw = zstandard.ZstdDecompressor().decompress(body)
+            with pa.ipc.open_stream(pa.BufferReader(raw)) as reader:
+                table = reader.read_all()
+            relation = request.headers["x-baml-relation"]
+            assert not private_names[relation] & set(table.column_names), relation
+            texts.append(repr(table.to_pylist()))
+        else:
+            texts.append(body.decode("utf-8", "replace"))
+        texts.append(repr(dict(request.headers)))
+    sent = "\n".join(texts)
+    assert ingest.worker.stats.executions and len(ingest.captured) > ingest.worker.stats.executions
+    local = ingest.local_tables()
+    secrets = set()
+    for name in ("calls_v1", "call_path_stats_v1", "errors_v1"):
+        for column in ("call_site_file", "throw_site_file"):
+            if column in local[name].column_names:
+                secrets.update(v for v in local[name][column].to_pylist() if v)
+    paths = ingest.private.open_dataset("value_paths_v1").to_table(columns=["str_value"])
+    names = set(local["function_definitions_v1"]["fqn"].to_pylist())  # public identifiers
+    values = {v for v in paths["str_value"].to_pylist() if v and len(v) >= 6} - names
+    assert secrets and values  # the check below can fail
+    leaked = sorted(s for s in secrets | values if s in sent)
+    assert not leaked, leaked[:5]
 
 
 def test_duplicate_notifications_give_one_fact_set(
