@@ -27,6 +27,7 @@ from baml_studio.cli_gateway import tokens as tokens_group
 from baml_studio.cli_publish import publish as publish_command
 from baml_studio.cli_query import query as query_command
 from baml_studio.cli_replay import replay_command
+from baml_studio.cli_sweep import sweep_command
 from baml_studio.format.ids import euid_hex
 from baml_studio.store import StoreError, StoreInUse, StoreReader, clean_profiles_v1
 from baml_studio.store.config import resolve_store_root
@@ -109,6 +110,7 @@ main.add_command(tokens_group)
 main.add_command(setup_group)
 main.add_command(admin_group)
 main.add_command(replay_command)
+main.add_command(sweep_command)
 
 
 @main.group()

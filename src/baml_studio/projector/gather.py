@@ -297,3 +297,62 @@ def referenced_values(groups: Iterable[DataGroup]) -> frozenset[bytes]:
                 if isinstance(value, ValueAvailable) and value.codec == CODEC_VALUE:
                     cids.add(value.cid)
     return frozenset(cids)
+
+
+def gather_abandoned(
+    reader: EvidenceReader,
+    segment: MetaSegment,
+    process: ProcessInfo,
+    metas: Sequence[ExecutionMeta],
+) -> Gathered:
+    """The fold's inputs for executions of one stream that have ``RootStarted`` and no
+    ``RootEnded`` (the sweep, :mod:`.sweep`, which reads the meta plane and builds ``process``
+    and ``metas``; ``segment`` is the stream's newest readable meta object).
+
+    As the local loader does for a dead process: each execution's data range runs from one
+    past the data high water of its RootStarted's meta object to ``process.data_hw`` (the
+    stream's highest data sequence in the bucket); each data segment in the ranges is read
+    once, decoding only these executions' groups (a missing or corrupt one is a
+    ``MissingDataSegment``/``CorruptDataSegment`` of every execution whose range covers it;
+    without RootEnded there is no group count to check). Function tables, definitions and
+    referenced values as :func:`gather_root_ended`. ``ValueError`` for a meta with RootEnded
+    or of another stream; ``EvidenceUnavailable`` propagates."""
+    for meta in metas:
+        if meta.ended is not None or meta.root.euid != process.euid:
+            raise ValueError(f"execution {meta.execution_id} is not an open one of this stream")
+    euid_hex = process.euid.hex()
+    wanted: dict[int, list[ThreadRef]] = {}
+    for meta in metas:
+        lo, hi = meta.data_range(process.data_hw)
+        for seq in range(max(lo, 1), hi + 1):
+            wanted.setdefault(seq, []).append(meta.root)
+    groups: dict[ThreadRef, list[tuple[int, DataGroup]]] = {m.root: [] for m in metas}
+    issues: dict[ThreadRef, list[DataIssue]] = {m.root: [] for m in metas}
+    for seq in sorted(wanted):
+        roots = wanted[seq]
+        issue: DataIssue | None = None
+        try:
+            data = reader.data(euid_hex, seq, roots=roots)
+        except EvidenceMissing:
+            issue = MissingDataSegment(seq)
+        except EvidenceCorrupt:
+            issue = CorruptDataSegment(seq)
+        else:
+            for group in data.groups:
+                groups[group.root].append((seq, group))
+        if issue is not None:
+            for root in roots:
+                issues[root].append(issue)
+    tables = _function_tables(reader, metas)
+    executions: list[ExecutionInputs] = []
+    definitions: dict[str, list[dict[str, Any]]] = {}
+    value_cids: dict[str, frozenset[bytes]] = {}
+    for meta in metas:
+        found = tuple(groups[meta.root])
+        read = DataRead(found, tuple(issues[meta.root]), len(found))
+        cid = None if meta.engine is None else meta.engine.function_table_cid
+        table = None if cid is None else tables.get(cid)
+        executions.append(ExecutionInputs(process, meta, table, read))
+        definitions[meta.execution_id] = _definitions(meta.engine, table)
+        value_cids[meta.execution_id] = referenced_values(g for _, g in found)
+    return Gathered(segment, tuple(executions), definitions, value_cids)
