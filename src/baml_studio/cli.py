@@ -24,6 +24,7 @@ from baml_studio.cli_control import serve_control
 from baml_studio.cli_gateway import serve as serve_group
 from baml_studio.cli_gateway import setup as setup_group
 from baml_studio.cli_gateway import tokens as tokens_group
+from baml_studio.cli_projector import compact_command, projector_command
 from baml_studio.cli_publish import publish as publish_command
 from baml_studio.cli_query import query as query_command
 from baml_studio.cli_replay import replay_command
@@ -109,6 +110,8 @@ main.add_command(serve_group)
 main.add_command(tokens_group)
 main.add_command(setup_group)
 main.add_command(admin_group)
+main.add_command(projector_command)
+main.add_command(compact_command)
 main.add_command(replay_command)
 main.add_command(sweep_command)
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from baml_studio.format.errors import BamlStudioError
 from baml_studio.gateway.service import load_dataplane_config
 from baml_studio.projector.service import Projector, ProjectorConfig, open_projector
 
@@ -77,6 +78,6 @@ def opened(config: ProjectorConfig) -> Projector:
     """The projector's stores, or exit 4 when they cannot be opened."""
     try:
         return open_projector(config)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, BamlStudioError) as exc:
         click.echo(f"error: cannot open the data plane's stores: {exc}", err=True)
         raise SystemExit(EXIT_UNAVAILABLE) from exc

@@ -1,8 +1,8 @@
 """The sweep: a process killed mid-execution is closed as ``abandoned`` exactly as the local
 catalog reports it (whole ingest path: publisher, gateway, worker, control plane, Lance);
 fresh streams are untouched; repeats change nothing; ``--dry-run`` writes nothing; a late
-RootEnded is dead-lettered and :func:`reopen` lets it project; gaps, the walk bound,
-listing times, pending values and refusals at the library level; the CLI."""
+RootEnded is kept out (the message goes on) and :func:`reopen` lets it project; gaps, the
+walk bound, listing times, pending values and refusals at the library level; the CLI."""
 
 from __future__ import annotations
 
@@ -259,7 +259,7 @@ def test_a_killed_process_is_swept_as_abandoned_like_the_local_catalog(
         assert_same_relations(ingest.projected_tables(), local)
 
 
-def test_a_late_root_ended_is_dead_lettered_and_reopen_lets_it_project(
+def test_a_late_root_ended_is_kept_out_and_reopen_lets_it_project(
     tmp_path: Path, chdb_dsn: str, fact_database: str, walk_store: Path
 ) -> None:
     with ingest_path(tmp_path, chdb_dsn, fact_database, walk_store, ship=False) as ingest:
@@ -278,17 +278,18 @@ def test_a_late_root_ended_is_dead_lettered_and_reopen_lets_it_project(
 
         held.write_bytes(body)  # the stream resumes: RootEnded ships late
         assert Publisher(root, ingest.gateway_url, ingest.publisher_token).flush().complete
-        ingest.worker.drain()
-        assert ingest.worker.stats.quarantined == 1  # 409 batch_digest_conflict: terminal
-        dead = ingest.dataplane.queue.dead_letter_queue()
-        (message,) = dead.receive(max_messages=10)
-        assert "batch_digest_conflict" in (message.dead_letter_reason or "")
+        messages = []
+        while batch := ingest.dataplane.queue.receive(max_messages=10):
+            messages.extend(batch)
+        (late,) = messages
+        assert ingest.worker.handle(late) == "deleted"  # the other executions are not held
+        assert ingest.worker.stats.late_root_ended == 1
+        assert ingest.worker.stats.quarantined == 0
         assert root_row(ingest, long)["status"] == "abandoned"  # swept is final...
 
         assert reopen(SCOPE, [long], ingest.client, ingest.private) == (long,)
         assert ingest.private.projected([long]) == set()
-        ingest.dataplane.queue.send(message.body)  # ...until reopened and replayed
-        dead.delete(message.receipt)
+        ingest.dataplane.queue.send(late.body)  # ...until reopened and replayed
         ingest.worker.drain()
         assert root_row(ingest, long)["status"] == "succeeded"
         same_but_definitions(ingest)

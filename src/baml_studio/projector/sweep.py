@@ -49,12 +49,12 @@ Decisions (open in the contract, made here):
 * **A late RootEnded.** Swept is final, as the contract says. If the stream resumes and a
   ``RootEnded`` for a swept execution lands later (a host clock far behind, a publisher offline
   for longer than the silence limit), the worker's projection of it differs under the same
-  batch ids: the control plane answers 409 ``batch_digest_conflict``, the worker treats that
-  as terminal and the meta message goes to the dead-letter queue (any other RootEnded of that
-  object waits with it); the abandoned facts stay. To re-project it as ended, call
-  :func:`reopen` for its root id (erases its facts and its private rows) and replay the
-  dead-lettered message (tested end to end). Choose a silence limit well above the
-  publisher's expected outages to keep this rare.
+  batch ids: the control plane answers 409 ``batch_digest_conflict``; the worker sees the
+  execution in ``projected_v1``, keeps it out (counted in ``late_root_ended``, logged) and goes
+  on with the other executions of the object; the abandoned facts stay. To re-project it as
+  ended, call :func:`reopen` for its root id (erases its facts and its private rows) and
+  replay its meta object (``baml-studio replay`` finds it: tested end to end). Choose a
+  silence limit well above the publisher's expected outages to keep this rare.
 * **Glue.** The worker's write path is reused, not copied: the sweep builds a
   ``ProjectorWorker`` with a queue it never uses (``_NoQueue``) and calls its
   ``_ensure_values`` and ``_send``, then ``write_execution`` as ``project_meta`` does.
@@ -499,7 +499,7 @@ def reopen(
 ) -> tuple[str, ...]:
     """Undo the sweep of ``root_ids`` whose ``RootEnded`` arrived after all: erase their public
     facts in the active generation, then their private rows and ``projected_v1`` markers.
-    Replaying their dead-lettered meta messages then projects them as ended. Idempotent (run
+    Replaying their meta objects then projects them as ended. Idempotent (run
     it again after a failure); returns the root ids the control plane erased."""
     ids = sorted(set(root_ids))
     if not ids:

@@ -40,6 +40,7 @@ from baml_studio.objectstore.errors import ObjectAlreadyExists, ObjectNotFound
 from baml_studio.objectstore.port import ObjectStore
 from baml_studio.projector.control_client import ControlClient
 from baml_studio.projector.errors import (
+    ControlPlaneRefused,
     EvidenceCorrupt,
     EvidenceMissing,
     EvidenceOutOfScope,
@@ -61,6 +62,7 @@ from baml_studio.projector.messages import (
 from baml_studio.projector.project import Projection, project_execution
 from baml_studio.publisher.errors import PackError
 from baml_studio.publisher.pack import decode_pack
+from baml_studio.queue.errors import ReceiptInvalid
 from baml_studio.queue.port import Message, Queue
 
 log = logging.getLogger(__name__)
@@ -95,6 +97,7 @@ class WorkerStats:
     packs: int = 0
     values: int = 0
     pending: int = 0
+    late_root_ended: int = 0
 
 
 class Quarantine(ProjectorError):
@@ -168,7 +171,13 @@ class ProjectorWorker:
                 return self._retry(message)
             self._quarantine(message, Quarantine("(message)", f"{type(exc).__name__}: {exc}"))
             return "quarantined"
-        self.queue.delete(message.receipt)
+        try:
+            self.queue.delete(message.receipt)
+        except ReceiptInvalid:
+            # the lease ran out while projecting: the message was redelivered and its new
+            # holder repeats the same ids; nothing is lost or doubled
+            log.warning("message %s outlived its lease; its redelivery finishes it", message.id)
+            return "retry"
         self.stats.deleted += 1
         return "deleted"
 
@@ -263,7 +272,22 @@ class ProjectorWorker:
                 inputs, definitions, partition_rows=self.config.partition_rows
             )
             self._ensure_values(reader, private, projection)
-            generation = self._send(key.scope, generation, projection)
+            try:
+                generation = self._send(key.scope, generation, projection)
+            except ControlPlaneRefused as exc:
+                if exc.code != "batch_digest_conflict" or not private.projected(
+                    {projection.root_id}
+                ):
+                    raise
+                # closed as abandoned by the sweep before this late RootEnded arrived: the
+                # abandoned facts stay (sweep.reopen + replay re-projects it); the other
+                # executions of this meta object go on
+                log.warning(
+                    "execution %s was closed by the sweep; late RootEnded kept out",
+                    projection.root_id,
+                )
+                self.stats.late_root_ended += 1
+                continue
             private.write_execution(
                 projection.root_id,
                 projection.root_id,

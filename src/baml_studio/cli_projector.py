@@ -1,0 +1,223 @@
+"""``baml-studio projector`` and ``baml-studio compact``: thin shells over
+:mod:`baml_studio.projector.loop` and :mod:`baml_studio.projector.compact`.
+
+Register with ``main.add_command(projector_command)`` and ``main.add_command(compact_command)``.
+Both take the options of :mod:`baml_studio.cli_projector_common` (``--data``,
+``--control-plane``, ``--token`` or ``$BAML_WORKLOAD_TOKEN``, ``--derived``).
+
+The service runs the sweep of every scope every ``sweep_interval_s`` with ``silence_limit_s``
+(:func:`sweep_hook`; when :mod:`baml_studio.projector.sweep` is installed), and the compaction
+of every scope every ``compact_interval_s`` with ``version_retention_s`` (``ProjectorConfig``).
+
+Exit codes: 0 success (``projector``: stopped by SIGTERM or SIGINT, or ``--once`` drained what
+was visible; messages retried or quarantined are normal outcomes); 1 internal error; 2 usage
+error; 4 a store, the queue or the control plane is unavailable (``compact``: a scope's
+compaction failed; the report names it).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from types import FrameType
+from typing import Any
+
+import click
+
+from baml_studio.cli_projector_common import EXIT_UNAVAILABLE, opened, projector_options
+from baml_studio.format.errors import BamlStudioError
+from baml_studio.gateway.config import Scope
+from baml_studio.projector.errors import ProjectorError
+from baml_studio.projector.service import Projector, ProjectorConfig
+
+log = logging.getLogger(__name__)
+
+SWEEP_MODULE = "baml_studio.projector.sweep"
+SignalHandler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
+
+
+def sweep_hook(projector: Projector) -> Callable[[], object] | None:
+    """The sweep of every scope with evidence (``sweep.discover_scopes``) with the projector's
+    silence limit, when :data:`SWEEP_MODULE` is installed; ``None`` otherwise (the service then
+    runs no sweep). A scope whose sweep fails does not stop the others; the first error is
+    raised once all ran (the service logs it and sweeps again at the next interval)."""
+    try:
+        module = importlib.import_module(SWEEP_MODULE)
+    except ModuleNotFoundError as exc:
+        if exc.name != SWEEP_MODULE:
+            raise
+        return None
+    sweep = getattr(module, "sweep", None)
+    discover = getattr(module, "discover_scopes", None)
+    if not callable(sweep) or not callable(discover):
+        return None
+    config = projector.config
+
+    def sweep_all() -> list[object]:
+        now = time.time()
+        reports: list[object] = []
+        failure: Exception | None = None
+        for scope in discover(projector.store):
+            try:
+                report = sweep(
+                    projector.store,
+                    scope,
+                    projector.control,
+                    projector.private_store(scope),
+                    silence_limit_s=config.silence_limit_s,
+                    now=now,
+                    config=config.worker,
+                )
+            except ProjectorError as exc:
+                log.warning("sweep of %s failed: %s: %s", _label(scope), type(exc).__name__, exc)
+                failure = failure or exc
+                continue
+            reports.append(report)
+            log.info(
+                "sweep of %s: swept=%d pending=%d failed=%d",
+                _label(scope),
+                len(getattr(report, "swept", ())),
+                len(getattr(report, "pending", ())),
+                len(getattr(report, "failed", ())),
+            )
+        if failure is not None:
+            raise failure
+        return reports
+
+    return sweep_all
+
+
+def _label(scope: Scope) -> str:
+    return f"{scope.tenant}/{scope.project}/{scope.environment}"
+
+
+def compaction_hook(projector: Projector) -> Callable[[], object]:
+    """Compaction of every discovered scope with the configured version retention."""
+    from baml_studio.projector.compact import compact
+
+    retention = timedelta(seconds=projector.config.version_retention_s)
+    return functools.partial(compact, projector, None, retention)
+
+
+@click.command("projector")
+@projector_options
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Worker threads handling messages.",
+)
+@click.option(
+    "--once", is_flag=True, help="Drain the messages visible now, print the counts and exit."
+)
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(0, 600),
+    default=None,
+    help="Long-poll wait in seconds (default 10, or 1 with --once); a stop takes at most this.",
+)
+def projector_command(
+    config: ProjectorConfig, workers: int, once: bool, wait_s: float | None
+) -> None:
+    """Project bucket notifications from the queue: public facts to the control plane,
+    private rows to Lance. Runs until SIGTERM or Ctrl-C (a second one ends it at once; every
+    step is safe to redo), with the sweep and the compaction on their intervals, then prints
+    the counts as JSON; --once drains what is visible and prints the counts.
+
+    Example: baml-studio projector --data ./dataplane --control-plane http://127.0.0.1:8700
+    --token "$BAML_WORKLOAD_TOKEN" --workers 4
+    """
+    from baml_studio.projector.loop import run_projector
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    stop = threading.Event()
+    with opened(config) as projector:
+        if once:
+            wait = 1 if wait_s is None else wait_s
+            try:
+                report = run_projector(
+                    projector, stop=stop, workers=workers, wait_s=wait, once=True
+                )
+            except BamlStudioError as exc:
+                click.echo(f"error: {type(exc).__name__}: {exc}", err=True)
+                raise SystemExit(EXIT_UNAVAILABLE) from exc
+            click.echo(json.dumps(report.as_dict(), sort_keys=True))
+            return
+        previous = _on_stop_signals(stop)
+        try:
+            click.echo(f"projector: {workers} worker(s); SIGTERM or Ctrl-C to stop", err=True)
+            report = run_projector(
+                projector,
+                stop=stop,
+                workers=workers,
+                wait_s=10 if wait_s is None else wait_s,
+                sweep=sweep_hook(projector),
+                compact=compaction_hook(projector),
+            )
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        click.echo(json.dumps(report.as_dict(), sort_keys=True))
+
+
+@click.command("compact")
+@projector_options
+@click.option(
+    "--retention",
+    default="7d",
+    show_default=True,
+    help="Keep Lance versions younger than this (s, m, h, d, w); queries bind recent versions.",
+)
+@click.option(
+    "--scope",
+    "scopes",
+    multiple=True,
+    metavar="TENANT/PROJECT/ENV",
+    help="Compact only this scope (repeatable; default: every scope found).",
+)
+def compact_command(config: ProjectorConfig, retention: str, scopes: tuple[str, ...]) -> None:
+    """Compact the private Lance datasets: fold small fragments, build the scalar indexes and
+    remove versions older than --retention, for every scope (the provisioned environments
+    and the scope directories of a local derived root) or the --scope ones. The control plane
+    is not contacted. Prints a JSON report.
+
+    Example: baml-studio compact --data ./dataplane --control-plane http://127.0.0.1:8700
+    --token "$BAML_WORKLOAD_TOKEN" --retention 7d
+    """
+    from baml_studio.projector.compact import compact, parse_duration, parse_scope
+
+    try:
+        keep = parse_duration(retention)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--retention") from exc
+    try:
+        chosen = [parse_scope(s) for s in scopes]
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--scope") from exc
+    with opened(config) as projector:
+        try:
+            report = compact(projector, chosen or None, keep)
+        except BamlStudioError as exc:
+            click.echo(f"error: {type(exc).__name__}: {exc}", err=True)
+            raise SystemExit(EXIT_UNAVAILABLE) from exc
+    click.echo(json.dumps(report.as_dict(), indent=2, sort_keys=True))
+    if report.failed:
+        click.echo(f"error: {len(report.failed)} scope(s) failed (see the report)", err=True)
+        raise SystemExit(EXIT_UNAVAILABLE)
+
+
+def _on_stop_signals(stop: threading.Event) -> dict[signal.Signals, SignalHandler]:
+    def request_stop(signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+        signal.signal(signum, signal.SIG_DFL)  # a second signal ends the process at once
+
+    return {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}

@@ -1,0 +1,294 @@
+"""The SQS-triggered AWS Lambda entry point: the worker's code over one batch of records.
+
+Handler: ``baml_studio.projector.lambda_handler.handler``. The event source mapping must have
+``FunctionResponseTypes: ["ReportBatchItemFailures"]``; keep the function timeout well below
+the queue's visibility timeout (AWS suggests a sixth of it), and the queue's redrive policy
+(``maxReceiveCount``) pointing at the dead-letter queue.
+
+Each record (``messageId``, ``receiptHandle``, ``body`` = the S3 event JSON,
+``attributes.ApproximateReceiveCount``) goes through :meth:`ProjectorWorker.handle`, exactly as
+in the service, over the source queue as an invocation sees it:
+
+==================  =============================================================================
+outcome             what the handler does
+==================  =============================================================================
+deleted             reported as processed: Lambda deletes the record
+retry (transient,   the record's visibility is set to the worker's backoff through its receipt
+pending)            handle (``ChangeMessageVisibility``; if that fails the queue's own timeout
+                    applies) and it is listed in ``batchItemFailures``: it comes back, and after
+                    ``maxReceiveCount`` receives SQS moves it to the dead-letter queue
+quarantined         the marker is written, the body is sent to the dead-letter queue (a record
+                    cannot be moved by its receipt), and it is reported as processed
+raised (a bug, the  listed in ``batchItemFailures``, logged by message id
+DLQ send failed)
+==================  =============================================================================
+
+When the invocation is about to time out (``context.get_remaining_time_in_millis()`` below
+``reserve_ms``) the records not started are listed as failures untouched. An event that is not
+an SQS batch raises :class:`LambdaEventInvalid` (the invocation fails; SQS redelivers).
+
+Environment (read once, by :func:`config_from_env`, on the first invocation; the stores and
+clients opened then are kept for the life of the execution environment):
+
+=============================  =================================================================
+``BAML_CONTROL_PLANE_URL``     required: base URL of the control plane's workload API
+``BAML_WORKLOAD_TOKEN``        required: the workload token
+``BAML_DATAPLANE_DIR``         a directory holding ``dataplane.json`` (its ``s3`` and ``sqs``
+                               settings; without them the directory bucket and SQLite queue
+                               under it). When set, the four below are not read
+``BAML_S3_BUCKET``             the evidence bucket (when ``BAML_DATAPLANE_DIR`` is not set)
+``BAML_SQS_QUEUE``             the projection queue's name; the dead-letter queue is found from
+                               its redrive policy
+``BAML_S3_ENDPOINT_URL``,      optional endpoint overrides (S3-compatible stores, tests)
+``BAML_SQS_ENDPOINT_URL``
+``AWS_REGION``                 region of bucket and queue (set by Lambda; default us-east-1)
+``BAML_DERIVED_ROOT``          optional root of the Lance datasets (default
+                               ``s3://<bucket>/derived/v1``, or ``DIR/derived/v1``)
+=============================  =================================================================
+
+Credentials for S3, SQS and Lance come from the function's execution role (boto3's and
+object_store's default chains read the variables Lambda sets).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from baml_studio.gateway.service import DataplaneConfig, load_dataplane_config
+from baml_studio.objectstore.config import S3Config
+from baml_studio.projector.errors import ProjectorError
+from baml_studio.projector.service import Projector, ProjectorConfig, open_projector
+from baml_studio.projector.worker import ProjectorWorker
+from baml_studio.queue.config import SqsQueueConfig
+from baml_studio.queue.errors import QueueError
+from baml_studio.queue.port import Message, Queue
+
+log = logging.getLogger(__name__)
+
+RESERVE_MS = 10_000
+"""Records are not started with less than this much invocation time left."""
+
+LAMBDA_DATA_DIR = Path("/tmp/baml-dataplane")
+"""``DataplaneConfig.data_dir`` in S3 mode (nothing is written there)."""
+
+BatchResponse = dict[str, list[dict[str, str]]]
+
+
+class LambdaConfigError(ProjectorError):
+    """The function's environment is incomplete or wrong; fix the variables named."""
+
+    transient = False
+
+
+class LambdaEventInvalid(ProjectorError):
+    """The event is not an SQS batch (``{"Records": [{"messageId": …}, …]}``)."""
+
+    transient = False
+
+
+def config_from_env(environ: Mapping[str, str] | None = None) -> ProjectorConfig:
+    """The projector's configuration from the variables in the module docstring."""
+    env = os.environ if environ is None else environ
+
+    def required(name: str) -> str:
+        value = env.get(name, "").strip()
+        if not value:
+            raise LambdaConfigError(f"set {name} in the function's environment")
+        return value
+
+    url = required("BAML_CONTROL_PLANE_URL")
+    token = required("BAML_WORKLOAD_TOKEN")
+    derived = env.get("BAML_DERIVED_ROOT") or None
+    try:
+        if env.get("BAML_DATAPLANE_DIR"):
+            dataplane = load_dataplane_config(
+                Path(env["BAML_DATAPLANE_DIR"]), host="127.0.0.1", port=8787
+            )
+        else:
+            region = env.get("AWS_REGION") or "us-east-1"
+            dataplane = DataplaneConfig(
+                data_dir=LAMBDA_DATA_DIR,
+                public_base_url="http://127.0.0.1:8787",
+                bucket=required("BAML_S3_BUCKET"),
+                s3=S3Config(
+                    bucket=required("BAML_S3_BUCKET"),
+                    region=region,
+                    endpoint_url=env.get("BAML_S3_ENDPOINT_URL") or None,
+                ),
+                sqs=SqsQueueConfig(
+                    name=required("BAML_SQS_QUEUE"),
+                    region=region,
+                    endpoint_url=env.get("BAML_SQS_ENDPOINT_URL") or None,
+                ),
+            )
+    except LambdaConfigError:
+        raise
+    except (ValueError, TypeError, KeyError, OSError) as exc:
+        raise LambdaConfigError(f"data-plane configuration: {exc}") from exc
+    return ProjectorConfig(dataplane, url, token, derived_root=derived)
+
+
+class InvocationQueue:
+    """The source queue as one invocation sees it: the event source mapping polls and deletes,
+    so :meth:`receive` finds nothing and :meth:`delete` leaves the record to Lambda; a visibility
+    change goes to the source queue by receipt handle (best effort); a quarantined record's body
+    is sent to the dead-letter queue."""
+
+    def __init__(self, source: Queue) -> None:
+        self.source = source
+
+    def send(self, body: str, *, delay_s: int = 0) -> str:
+        return self.source.send(body, delay_s=delay_s)
+
+    def receive(
+        self,
+        max_messages: int = 10,
+        wait_s: float = 0,
+        visibility_timeout_s: int | None = None,
+    ) -> list[Message]:
+        return []
+
+    def delete(self, receipt: str) -> None:
+        """Lambda deletes every record the response does not list as failed."""
+
+    def change_visibility(self, receipt: str, timeout_s: int) -> None:
+        try:
+            self.source.change_visibility(receipt, timeout_s)
+        except QueueError as exc:
+            log.warning("visibility change failed (%s); the queue's timeout applies", exc)
+
+    def send_to_dead_letter(self, message: Message, reason: str) -> None:
+        self.source.dead_letter_queue().send(message.body)
+        log.warning("message %s sent to the dead-letter queue: %s", message.id, reason[:300])
+
+    def dead_letter_queue(self) -> Queue:
+        return self.source.dead_letter_queue()
+
+    def approximate_count(self) -> int:
+        return self.source.approximate_count()
+
+
+def lambda_worker(projector: Projector) -> ProjectorWorker:
+    """The worker of an execution environment: the projector's stores, the invocation queue."""
+    return ProjectorWorker(
+        store=projector.store,
+        queue=InvocationQueue(projector.queue),
+        control=projector.control,
+        private_store=projector.private_store,
+        config=projector.config.worker,
+    )
+
+
+def process_event(
+    worker: ProjectorWorker,
+    event: Any,
+    *,
+    remaining_ms: Callable[[], int] | None = None,
+    reserve_ms: int = RESERVE_MS,
+) -> BatchResponse:
+    """Handle every record of ``event``; the partial-batch response (records to retry)."""
+    records = _records(event)
+    failures: list[dict[str, str]] = []
+    outcomes: Counter[str] = Counter()
+    for index, record in enumerate(records):
+        message_id = record["messageId"]
+        if remaining_ms is not None and remaining_ms() < reserve_ms:
+            rest = [r["messageId"] for r in records[index:]]
+            failures.extend({"itemIdentifier": m} for m in rest)
+            outcomes["deferred"] += len(rest)
+            log.warning("out of time: %d record(s) left for redelivery", len(rest))
+            break
+        try:
+            outcome: str = worker.handle(_message(record))
+        except Exception as exc:  # a bug or a failed DLQ send: SQS redelivers the record
+            outcome = "error"
+            log.error(
+                "message %s: %s; left for redelivery", message_id, type(exc).__name__, exc_info=True
+            )
+        outcomes[outcome] += 1
+        if outcome in ("retry", "error"):
+            failures.append({"itemIdentifier": message_id})
+    log.info(
+        "batch of %d: %s",
+        len(records),
+        " ".join(f"{name}={count}" for name, count in sorted(outcomes.items())),
+    )
+    return {"batchItemFailures": failures}
+
+
+class LambdaEntryPoint:
+    """A Lambda handler that opens its :class:`Projector` with ``open_projector_`` on the first
+    invocation and keeps it (and its worker) for the later ones of the execution environment."""
+
+    def __init__(
+        self, open_projector_: Callable[[], Projector], *, reserve_ms: int = RESERVE_MS
+    ) -> None:
+        self._open = open_projector_
+        self._reserve_ms = reserve_ms
+        self._lock = threading.Lock()
+        self._projector: Projector | None = None
+        self._worker: ProjectorWorker | None = None
+
+    def __call__(self, event: Any, context: Any) -> BatchResponse:
+        with self._lock:
+            if self._worker is None:
+                self._projector = self._open()
+                self._worker = lambda_worker(self._projector)
+            worker = self._worker
+        remaining = getattr(context, "get_remaining_time_in_millis", None)
+        return process_event(
+            worker,
+            event,
+            remaining_ms=remaining if callable(remaining) else None,
+            reserve_ms=self._reserve_ms,
+        )
+
+    def close(self) -> None:
+        """Close the projector if one was opened (tests; Lambda just freezes the process)."""
+        with self._lock:
+            if self._projector is not None:
+                self._projector.close()
+            self._projector = self._worker = None
+
+
+def open_from_env() -> Projector:
+    """The projector the function's environment names (:func:`config_from_env`)."""
+    return open_projector(config_from_env())
+
+
+_ENTRY_POINT = LambdaEntryPoint(open_from_env)
+
+
+def handler(event: Any, context: Any) -> BatchResponse:
+    """The Lambda entry point (``baml_studio.projector.lambda_handler.handler``)."""
+    return _ENTRY_POINT(event, context)
+
+
+def _records(event: Any) -> Sequence[Mapping[str, Any]]:
+    records = event.get("Records") if isinstance(event, Mapping) else None
+    if not isinstance(records, list) or not all(
+        isinstance(r, Mapping) and isinstance(r.get("messageId"), str) for r in records
+    ):
+        raise LambdaEventInvalid(
+            "the event is not an SQS batch: expected {'Records': [{'messageId': …, "
+            "'receiptHandle': …, 'body': …}, …]}; check the function's trigger"
+        )
+    return records
+
+
+def _message(record: Mapping[str, Any]) -> Message:
+    """One record as a queue :class:`Message` (``KeyError``/``ValueError`` if malformed)."""
+    attributes = record.get("attributes") or {}
+    return Message(
+        id=record["messageId"],
+        receipt=str(record["receiptHandle"]),
+        body=str(record["body"]),
+        receive_count=int(attributes.get("ApproximateReceiveCount", 1)),
+        sent_at=int(attributes.get("SentTimestamp", 0)) / 1000,
+    )

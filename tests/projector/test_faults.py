@@ -1,0 +1,187 @@
+"""Fault acceptance tests (system contract, "Failure handling"), each through the whole ingest
+path of the e2e rig and ending with one fact set equal to the local catalog:
+
+* the control plane (and so ClickHouse) unavailable: messages are retried, not lost and not
+  dead-lettered; once it is back, a drain completes;
+* a projector process SIGKILLed after an execution's public batches are visible and before its
+  Lance commit: the message comes back and a rerun repeats the same batch ids and row ids;
+* two projectors draining one queue at once, every notification twice: one fact set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from projector_control_rig import closed_port_url
+from projector_e2e_rig import ingest_path
+from projector_fixtures import workload_store
+from projector_service_rig import (
+    assert_one_fact_set,
+    control_endpoint,
+    dataplane_dir,
+    fact_counts,
+    receive_all,
+)
+
+from baml_studio.control.facts.ddl import eq_sql
+from baml_studio.gateway.service import load_dataplane_config
+from baml_studio.projector.control_client import ControlClient
+from baml_studio.projector.lance_store import PrivateStore
+from baml_studio.projector.worker import ProjectorWorker, WorkerConfig
+from baml_studio.queue.config import QueueSettings
+from baml_studio.queue.errors import ReceiptInvalid
+from baml_studio.queue.sqlite import SqliteQueue
+
+__all__ = ["workload_store"]
+
+KILL_SCRIPT = Path(__file__).with_name("projector_kill_worker.py")
+META = ".bamlmeta.zst"
+OUTAGE_ROUNDS = 3
+
+
+def test_control_plane_outage_retries_messages_then_a_drain_completes(
+    tmp_path: Path, chdb_dsn: str, fact_database: str, workload_store: Path
+) -> None:
+    with ingest_path(tmp_path, chdb_dsn, fact_database, workload_store) as ingest:
+        queue = ingest.dataplane.queue
+        assert queue is not None
+        down = ControlClient(
+            closed_port_url(), "token", retries=1, backoff_s=0.001, backoff_max_s=0.002
+        )
+        worker = ProjectorWorker(
+            store=ingest.dataplane.store,
+            queue=queue,
+            control=down,
+            private_store=lambda scope: ingest.private,
+            config=WorkerConfig(retry_backoff_s=(0,)),
+        )
+        for _ in range(OUTAGE_ROUNDS):
+            for message in receive_all(queue):
+                outcome = worker.handle(message)
+                assert outcome != "quarantined", message.body
+        down.close()
+        assert worker.stats.retried > 0 and worker.stats.executions == 0
+        assert worker.stats.quarantined == 0
+        assert queue.dead_letter_queue().approximate_count() == 0
+        held = receive_all(queue)  # what the outage left: meta objects with executions
+        assert held and all(META in m.body for m in held)
+        assert {m.receive_count for m in held} == {OUTAGE_ROUNDS + 1}
+        assert QueueSettings().max_receive_count > OUTAGE_ROUNDS + 1
+        assert all(v["stored"] == 0 for v in fact_counts(ingest, fact_database).values())
+        for message in held:  # their visibility timeout, passed
+            queue.change_visibility(message.receipt, 0)
+
+        with control_endpoint(ingest) as (url, token), ControlClient(url, token) as up:
+            back = ProjectorWorker(
+                store=ingest.dataplane.store,
+                queue=queue,
+                control=up,
+                private_store=lambda scope: ingest.private,
+                config=WorkerConfig(retry_backoff_s=(0,)),
+            )
+            back.drain()
+        assert back.stats.executions > 0 and back.stats.quarantined == 0
+        assert_one_fact_set(ingest, fact_database)
+
+
+def test_sigkill_between_public_batches_and_lance_commit_leaves_one_fact_set(
+    tmp_path: Path, chdb_dsn: str, fact_database: str, workload_store: Path
+) -> None:
+    with (
+        ingest_path(tmp_path, chdb_dsn, fact_database, workload_store) as ingest,
+        control_endpoint(ingest) as (url, token),
+    ):
+        queue = ingest.dataplane.queue
+        assert queue is not None
+        derived = str(tmp_path / "derived")  # the rig's private store
+        env = {**os.environ, "BAML_WORKLOAD_TOKEN": token, "PROJECTOR_KILL_AT": "3"}
+        run = subprocess.run(
+            [sys.executable, str(KILL_SCRIPT), str(dataplane_dir(tmp_path)), url, derived],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        assert run.returncode == -signal.SIGKILL, (run.returncode, run.stderr[-3000:])
+        lines = [json.loads(line) for line in run.stdout.splitlines()]
+        killed = lines[-1]["killing"]
+
+        # the crash window: the execution's facts are visible, its Lance commit is not
+        visible = fact_counts(ingest, fact_database, eq_sql("_root_id", killed))
+        assert visible["threads_v1"]["stored"] > 0
+        assert ingest.private.projected([killed]) == set()
+        assert len(ingest.private.projected_at(ingest.private.version()["projected_v1"])) == 2
+
+        held = 0
+        for line in lines:  # the visibility timeout of the dead process's leases, passed
+            for receipt in line.get("leased", []):
+                with contextlib.suppress(ReceiptInvalid):  # deleted before the kill
+                    queue.change_visibility(receipt, 0)
+                    held += 1
+        assert held >= 1  # the killed execution's message came back
+
+        ingest.worker.drain()
+        assert ingest.worker.stats.quarantined == 0
+        assert ingest.private.projected([killed]) == {killed}
+        assert_one_fact_set(ingest, fact_database)
+
+
+def test_two_projectors_on_one_queue_with_every_notification_twice_give_one_fact_set(
+    tmp_path: Path, chdb_dsn: str, fact_database: str, workload_store: Path
+) -> None:
+    with (
+        ingest_path(tmp_path, chdb_dsn, fact_database, workload_store) as ingest,
+        control_endpoint(ingest) as (url, token),
+    ):
+        queue = ingest.dataplane.queue
+        assert queue is not None
+        originals = receive_all(queue)
+        for message in originals:  # each notification twice, one after the other
+            queue.delete(message.receipt)
+            queue.send(message.body)
+            queue.send(message.body)
+
+        queue_config = load_dataplane_config(
+            dataplane_dir(tmp_path), host="127.0.0.1", port=8787
+        ).queue_config
+        barrier = threading.Barrier(2)
+        workers: list[ProjectorWorker] = []
+        failures: list[BaseException] = []
+
+        def projector() -> None:
+            # a second process in all but name: its own queue connection, client and store
+            own_queue = SqliteQueue.open(queue_config)
+            with own_queue, ControlClient(url, token) as control:
+                store = PrivateStore(str(tmp_path / "derived"))
+                worker = ProjectorWorker(
+                    store=ingest.dataplane.store,
+                    queue=own_queue,
+                    control=control,
+                    private_store=lambda scope: store,
+                    config=WorkerConfig(retry_backoff_s=(0,)),
+                )
+                workers.append(worker)
+                barrier.wait(30)
+                try:
+                    while batch := own_queue.receive(max_messages=1):
+                        worker.handle(batch[0])
+                except BaseException as exc:
+                    failures.append(exc)
+                    raise
+
+        threads = [threading.Thread(target=projector) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(240)
+        assert not failures and not any(t.is_alive() for t in threads)
+        assert all(w.stats.executions > 0 for w in workers)  # both projected, concurrently
+        assert sum(w.stats.deleted for w in workers) == 2 * len(originals)
+        assert_one_fact_set(ingest, fact_database)
