@@ -12,7 +12,12 @@ Design and the contracts between the parts: ``docs/projector.md``. Modules:
 * :mod:`.lance_store`, :mod:`.value_paths` — the private Lance datasets;
 * :mod:`.control_client` — the control plane's workload API;
 * :mod:`.messages` — S3 event JSON and evidence keys;
-* :mod:`.worker` — one queue message: dispatch, verify, project, write, delete.
+* :mod:`.worker` — one queue message: dispatch, verify, project, write, delete;
+* :mod:`.service`, :mod:`.loop` — wiring from a data-plane directory, and the long-running
+  loop with the scheduled sweep and compaction; :mod:`.lambda_handler` — the SQS Lambda;
+* :mod:`.sweep` — close silent streams' open executions as ``abandoned``;
+* :mod:`.replay`, :mod:`.resident_client` — enqueue what the bucket holds but the stores lack;
+* :mod:`.compact` — Lance indexes, compaction and version cleanup.
 
 Nothing is imported here, so importing one module does not load Lance or HTTP clients.
 """
