@@ -36,11 +36,11 @@ from baml_studio.apierrors import (
     Forbidden,
     MethodNotAllowed,
     NotFound,
-    PayloadTooLarge,
     error_body,
     error_headers,
 )
 from baml_studio.control.service import Answer, ControlPlane
+from baml_studio.httpbody import read_body
 
 log = logging.getLogger(__name__)
 
@@ -62,24 +62,6 @@ def _respond(answer: Answer) -> Response:
     if answer.json is not None:
         return JSONResponse(answer.json, status_code=answer.status, headers=headers)
     return Response(answer.body or b"", answer.status, headers, media_type=answer.media_type)
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(
-            f"the request body has {declared} bytes; the limit is {limit}", code="request_too_large"
-        )
-    chunks: list[bytes] = []
-    total = 0
-    async for chunk in request.stream():
-        total += len(chunk)
-        if total > limit:
-            raise PayloadTooLarge(
-                f"the request body exceeds {limit} bytes", code="request_too_large"
-            )
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def create_app(control: ControlPlane) -> AsgiApp:
@@ -106,7 +88,7 @@ def create_app(control: ControlPlane) -> AsgiApp:
         request_id = headers.get(REQUEST_ID_HEADER)
         try:
             _request_id(headers, missing_request_id)
-            body = await _read_body(request, limit) if request.method in ("PUT", "POST") else b""
+            body = await read_body(request, limit) if request.method in ("PUT", "POST") else b""
             answer = await run_in_threadpool(call, headers, body)
         except ApiError as exc:
             log.info(

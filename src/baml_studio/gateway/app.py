@@ -32,10 +32,10 @@ from baml_studio.gateway.errors import (
     GatewayError,
     MethodNotAllowed,
     NotFound,
-    PayloadTooLarge,
     error_body,
     error_headers,
 )
+from baml_studio.httpbody import read_body
 from baml_studio.objectstore.asgi import presigned_put_app
 from baml_studio.objectstore.directory import DirectoryBucket
 from baml_studio.objectstore.presign import PATH_PREFIX
@@ -58,25 +58,6 @@ def _headers(request: Request) -> dict[str, str]:
     return {name.lower(): value for name, value in request.headers.items()}
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(
-            f"the request body has {declared} bytes; the limit is {limit}",
-            code="request_too_large",
-        )
-    chunks: list[bytes] = []
-    total = 0
-    async for chunk in request.stream():
-        total += len(chunk)
-        if total > limit:
-            raise PayloadTooLarge(
-                f"the request body exceeds {limit} bytes", code="request_too_large"
-            )
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def create_app(gateway: Gateway, *, bucket: DirectoryBucket | None = None) -> AsgiApp:
     """The gateway app; with ``bucket`` it also serves that directory bucket's presigned PUTs."""
 
@@ -92,7 +73,7 @@ def create_app(gateway: Gateway, *, bucket: DirectoryBucket | None = None) -> As
     async def authorize(request: Request) -> Response:
         headers = _headers(request)
         try:
-            body = await _read_body(request, gateway.config.max_request_bytes)
+            body = await read_body(request, gateway.config.max_request_bytes)
             answer = await run_in_threadpool(gateway.authorize, headers, body)
         except GatewayError as exc:
             return _refused(exc, headers, "authorize")

@@ -228,12 +228,13 @@ def _meta(root: ThreadRef, end: RootEnded, meta_seq: int, walk: _Walk) -> Execut
 
 
 def _read_data(
-    reader: EvidenceReader, euid_hex: str, metas: Sequence[ExecutionMeta]
+    reader: EvidenceReader, euid_hex: str, metas: Sequence[ExecutionMeta], data_hw: int = 0
 ) -> dict[ThreadRef, DataRead]:
-    """Each data segment in the ranges once, only these executions' groups (``load_data``)."""
+    """Each data segment in the ranges once, only these executions' groups (``load_data``);
+    ``data_hw`` ends the range of an execution without RootEnded."""
     wanted: dict[int, list[ThreadRef]] = {}
     for meta in metas:
-        lo, hi = meta.data_range(0)
+        lo, hi = meta.data_range(data_hw)
         for seq in range(max(lo, 1), hi + 1):
             wanted.setdefault(seq, []).append(meta.root)
     groups: dict[ThreadRef, list[tuple[int, DataGroup]]] = {m.root: [] for m in metas}
@@ -320,36 +321,14 @@ def gather_abandoned(
     for meta in metas:
         if meta.ended is not None or meta.root.euid != process.euid:
             raise ValueError(f"execution {meta.execution_id} is not an open one of this stream")
-    euid_hex = process.euid.hex()
-    wanted: dict[int, list[ThreadRef]] = {}
-    for meta in metas:
-        lo, hi = meta.data_range(process.data_hw)
-        for seq in range(max(lo, 1), hi + 1):
-            wanted.setdefault(seq, []).append(meta.root)
-    groups: dict[ThreadRef, list[tuple[int, DataGroup]]] = {m.root: [] for m in metas}
-    issues: dict[ThreadRef, list[DataIssue]] = {m.root: [] for m in metas}
-    for seq in sorted(wanted):
-        roots = wanted[seq]
-        issue: DataIssue | None = None
-        try:
-            data = reader.data(euid_hex, seq, roots=roots)
-        except EvidenceMissing:
-            issue = MissingDataSegment(seq)
-        except EvidenceCorrupt:
-            issue = CorruptDataSegment(seq)
-        else:
-            for group in data.groups:
-                groups[group.root].append((seq, group))
-        if issue is not None:
-            for root in roots:
-                issues[root].append(issue)
+    reads = _read_data(reader, process.euid.hex(), metas, process.data_hw)
     tables = _function_tables(reader, metas)
     executions: list[ExecutionInputs] = []
     definitions: dict[str, list[dict[str, Any]]] = {}
     value_cids: dict[str, frozenset[bytes]] = {}
     for meta in metas:
-        found = tuple(groups[meta.root])
-        read = DataRead(found, tuple(issues[meta.root]), len(found))
+        read = reads[meta.root]
+        found = read.groups
         cid = None if meta.engine is None else meta.engine.function_table_cid
         table = None if cid is None else tables.get(cid)
         executions.append(ExecutionInputs(process, meta, table, read))
