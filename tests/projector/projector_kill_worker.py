@@ -3,12 +3,14 @@
 Usage: ``python projector_kill_worker.py DATA_DIR CONTROL_URL DERIVED_DIR`` with
 ``BAML_WORKLOAD_TOKEN`` and ``PROJECTOR_KILL_AT=n`` in the environment. The worker drains the
 data plane's queue (SQLite, directory bucket) into the control plane at CONTROL_URL and Lance
-under DERIVED_DIR, and SIGKILLs itself at the n-th ``PrivateStore.write_execution``: after that
-execution's public batches are visible, before any of its private rows or its marker.
+under DERIVED_DIR, and SIGKILLs itself at the n-th ``PrivateStore.write_executions`` (one per
+meta object): after those executions' public batches are visible, before any of their private
+rows or markers.
 
 Prints one JSON object a line, flushed: ``{"leased": [receipt, …]}`` for every receive (the
 test makes them visible again, as their visibility timeout would), ``{"killing": execution_id}``
-just before the kill. Exits 3 if the queue drains before the n-th execution.
+(the first execution of the write) and ``written_before`` (executions committed before it) just
+before the kill. Exits 3 if the queue drains before the n-th execution.
 """
 
 from __future__ import annotations
@@ -34,18 +36,20 @@ def emit(line: dict[str, Any]) -> None:
 def main() -> int:
     data, url, derived = sys.argv[1:4]
     kill_at = int(os.environ["PROJECTOR_KILL_AT"])
-    original = PrivateStore.write_execution
+    original = PrivateStore.write_executions
     writes = 0
+    written = 0
 
-    def write_execution(self: PrivateStore, execution_id: str, *args: Any, **kwargs: Any) -> None:
-        nonlocal writes
+    def write_executions(self: PrivateStore, executions: Any) -> None:
+        nonlocal writes, written
         writes += 1
         if writes == kill_at:
-            emit({"killing": execution_id})
+            emit({"killing": executions[0][0], "written_before": written})
             os.kill(os.getpid(), signal.SIGKILL)
-        original(self, execution_id, *args, **kwargs)
+        original(self, executions)
+        written += len(executions)
 
-    PrivateStore.write_execution = write_execution  # type: ignore[method-assign]
+    PrivateStore.write_executions = write_executions  # type: ignore[method-assign]
     dataplane = load_dataplane_config(Path(data), host="127.0.0.1", port=8787)
     projector = open_projector(ProjectorConfig(dataplane, url, os.environ["BAML_WORKLOAD_TOKEN"]))
     private = PrivateStore(derived)

@@ -294,25 +294,38 @@ class PrivateStore:
         of an earlier run that this run does not produce are kept: projection is
         deterministic; to re-project differently, :meth:`delete_executions` first.
         """
-        names = [name for name, _ in private]
-        if len(set(names)) != len(names):
-            raise PrivateStoreError(f"execution {execution_id}: a relation repeats in {names}")
-        prepared = [(name, _prepare_rows(name, table, execution_id)) for name, table in private]
-        for name, table in prepared:
-            if table.num_rows:
-                self._commit(name, self._merge(name, table, "row_id", update=True))
-        marker = pa.Table.from_pylist(
-            [
+        self.write_executions([(execution_id, root_id, process_id, private)])
+
+    def write_executions(
+        self, executions: Sequence[tuple[str, str, str, Sequence[tuple[str, pa.Table]]]]
+    ) -> None:
+        """:meth:`write_execution` for several executions with one commit per dataset: every
+        relation's rows of all of them merged at once, then all their markers (last)."""
+        by_relation: dict[str, list[pa.Table]] = {}
+        markers = []
+        for execution_id, root_id, process_id, private in executions:
+            names = [name for name, _ in private]
+            if len(set(names)) != len(names):
+                raise PrivateStoreError(f"execution {execution_id}: a relation repeats in {names}")
+            for name, table in private:
+                by_relation.setdefault(name, []).append(_prepare_rows(name, table, execution_id))
+            markers.append(
                 {
                     "execution_id": execution_id,
                     "root_id": root_id,
                     "process_id": process_id,
                     "projected_at": self._clock(),
                 }
-            ],
-            schema=PROJECTED_SCHEMA,
-        )
-        self._commit(PROJECTED, self._merge(PROJECTED, marker, "execution_id", update=False))
+            )
+        if len({m["execution_id"] for m in markers}) != len(markers):
+            raise PrivateStoreError("an execution repeats in one write")
+        for name, tables in by_relation.items():
+            table = pa.concat_tables(tables)
+            if table.num_rows:
+                self._commit(name, self._merge(name, table, "row_id", update=True))
+        if markers:
+            marker = pa.Table.from_pylist(markers, schema=PROJECTED_SCHEMA)
+            self._commit(PROJECTED, self._merge(PROJECTED, marker, "execution_id", update=False))
 
     def projected(self, execution_ids: Iterable[str]) -> set[str]:
         """The ids of ``execution_ids`` with a marker in the newest ``projected_v1``."""

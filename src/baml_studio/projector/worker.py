@@ -83,8 +83,8 @@ class WorkerConfig:
     partition_rows: int = 50_000
     """Rows per public batch."""
 
-    batch_concurrency: int = 4
-    """Public batches of one execution sent at once."""
+    batch_concurrency: int = 16
+    """Public batches of one meta object sent at once (the control plane coalesces them)."""
 
 
 @dataclass
@@ -266,40 +266,80 @@ class ProjectorWorker:
             return
         private = self.private_store(key.scope)
         generation = self.control.active_generation(key.scope, self.config.catalog_version)
-        for inputs in gathered.executions:
-            definitions = gathered.definitions.get(inputs.meta.execution_id, [])
-            projection = project_execution(
-                inputs, definitions, partition_rows=self.config.partition_rows
+        projections = [
+            (
+                inputs,
+                project_execution(
+                    inputs,
+                    gathered.definitions.get(inputs.meta.execution_id, []),
+                    partition_rows=self.config.partition_rows,
+                ),
             )
-            self._ensure_values(reader, private, projection)
+            for inputs in gathered.executions
+        ]
+        wanted = frozenset(cid for _, p in projections for cid in p.value_cids)
+        self._ensure_cids(reader, private, wanted, f"meta object {event.key}")
+        kept = self._send_all(key.scope, generation, private, [p for _, p in projections])
+        # one commit per dataset for the whole object, the projected_v1 markers last
+        private.write_executions(
+            [
+                (
+                    p.root_id,
+                    p.root_id,
+                    inputs.process.process_id,
+                    [(rows.relation, rows.table) for rows in p.private],
+                )
+                for inputs, p in projections
+                if p.root_id in kept
+            ]
+        )
+        self.stats.executions += len(kept)
+
+    def _send_all(
+        self, scope: Scope, generation: str, private: PrivateStore, projections: list[Projection]
+    ) -> set[str]:
+        """Every public batch of ``projections`` (visible on return); the root ids to write.
+        An execution the sweep closed before this late RootEnded arrived is kept out: the
+        control plane refuses its changed batches with 409 and its abandoned facts stay
+        (``sweep.reopen`` and a replay re-project it); the other executions go on."""
+        everything = Projection(
+            "", tuple(b for p in projections for b in p.public), (), frozenset()
+        )
+        try:
+            self._send(scope, generation, everything)
+            return {p.root_id for p in projections}
+        except ControlPlaneRefused as exc:
+            if exc.code != "batch_digest_conflict":
+                raise
+        kept = set()
+        for projection in projections:  # find the late ones, one execution at a time
             try:
-                generation = self._send(key.scope, generation, projection)
+                self._send(scope, generation, projection)
             except ControlPlaneRefused as exc:
                 if exc.code != "batch_digest_conflict" or not private.projected(
                     {projection.root_id}
                 ):
                     raise
-                # closed as abandoned by the sweep before this late RootEnded arrived: the
-                # abandoned facts stay (sweep.reopen + replay re-projects it); the other
-                # executions of this meta object go on
                 log.warning(
                     "execution %s was closed by the sweep; late RootEnded kept out",
                     projection.root_id,
                 )
                 self.stats.late_root_ended += 1
                 continue
-            private.write_execution(
-                projection.root_id,
-                projection.root_id,
-                inputs.process.process_id,
-                [(rows.relation, rows.table) for rows in projection.private],
-            )
-            self.stats.executions += 1
+            kept.add(projection.root_id)
+        return kept
 
     def _ensure_values(
         self, reader: EvidenceReader, private: PrivateStore, projection: Projection
     ) -> None:
-        wanted = {value_cid_wire(cid) for cid in projection.value_cids}
+        self._ensure_cids(reader, private, projection.value_cids, f"execution {projection.root_id}")
+
+    def _ensure_cids(
+        self, reader: EvidenceReader, private: PrivateStore, cids: frozenset[bytes], what: str
+    ) -> None:
+        """Every value in ``values_v1``: a missing one is read from ``cas/values/`` (large
+        values) and ingested, else ``ValuesPending`` (the message waits for its pack)."""
+        wanted = {value_cid_wire(cid) for cid in cids}
         missing = private.missing_values(wanted) if wanted else set()
         if not missing:
             return
@@ -315,9 +355,7 @@ class ProjectorWorker:
             private.ingest_values(found)
         still = missing - {entry[0] for entry in found}
         if still:
-            raise ValuesPending(
-                f"execution {projection.root_id}: {len(still)} values not ingested yet"
-            )
+            raise ValuesPending(f"{what}: {len(still)} values not ingested yet")
 
     def _send(self, scope: Scope, generation: str, projection: Projection) -> str:
         for _ in range(3):
