@@ -1,0 +1,628 @@
+"""Projection throughput, and the seeds' arrival replay through the whole ingest path.
+
+    .venv/bin/python benchmarks/projection.py                       # both parts, real sizes
+    .venv/bin/python benchmarks/projection.py --skip-arrival --executions 2000
+    .venv/bin/python benchmarks/projection.py --skip-throughput --arrival-calls 100000
+
+Every service runs in its own process, as deployed (``projection_rig.py``): the data plane
+(``serve dataplane``: directory bucket + SQLite queue), the control plane (``serve control``:
+SQLite metastore + chDB), each under a temp dir; the projector (``projector.service``:
+``open_projector`` over the data-plane directory, Lance under it) runs in this process.
+
+1. **Throughput.** A store of ``--executions`` seeded workload executions (2 processes) is
+   shipped once by the real publisher through the gateway; the bucket and queue are then
+   copied for each run, and ``ProjectorWorker.drain()`` (1 thread, then 2 threads sharing one
+   ``Projector``) empties the queue into a fresh control plane. Reported: executions/s and
+   calls/s of wall time, and per core (per CPU-second of the projector process, and of the
+   projector plus control-plane processes); time per step from wrappers around the calls the
+   worker makes. Baseline in the same run: gather + project of every meta object of the same
+   bucket on one thread with no writes (the projector's pure work). Target: the arrival
+   replay's rate, ``--arrival-calls`` in ``--arrival-seconds``.
+2. **Arrival replay.** ``--arrival-calls`` calls' worth of workload executions, split over 2
+   processes (each its own store, as two hosts), start together through the real profiler
+   with its publisher shipping to the gateway (``flush_interval_seconds`` from the gateway
+   config, ``--flush-interval``); projector worker threads consume the queue meanwhile; the
+   control plane is polled with ``SELECT count(*) FROM calls_v1`` (a resident query) until the
+   count equals the calls the workload made, or ``--timeout`` passes. Reported from the first
+   call: arrival (last call ended), accepted (both publishers' final flushes returned, all
+   shipped), queryable; compared with the proof of concept's 40.85 s (accept) and 214.93 s
+   (visible) and the 20 s goal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import math
+import multiprocessing
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from baml_studio.catalog import LocalStoreSource
+from baml_studio.gateway.keys import evidence_prefix
+from baml_studio.gateway.service import load_dataplane_config
+from baml_studio.projector.evidence import EvidenceReader
+from baml_studio.projector.gather import gather_root_ended
+from baml_studio.projector.messages import parse_evidence_key
+from baml_studio.projector.project import project_execution
+from baml_studio.projector.service import Projector, ProjectorConfig, open_projector
+from baml_studio.projector.worker import ProjectorWorker
+from baml_studio.publisher import Publisher
+from baml_studio.queue.config import QueueSettings
+from baml_studio.queue.sqlite import SqliteQueue
+from baml_studio.workload import plan_workload, run_workload
+from projection_rig import (
+    SCOPE,
+    Phases,
+    Resident,
+    Service,
+    control_plane,
+    cpu_seconds,
+    dataplane,
+)
+
+POC_ACCEPT_S = 40.85
+POC_VISIBLE_S = 214.93
+GOAL_S = 20.0
+SEED = 7
+
+
+def machine() -> str:
+    import chdb
+    import lance
+
+    one, five, _ = os.getloadavg()
+    return (
+        f"{os.cpu_count()} cores, {platform.machine()}, Linux {platform.release()}, Python "
+        f"{platform.python_version()}, lance {lance.__version__}, chDB {chdb.__version__}; "
+        f"load average (1, 5 min) {one:.2f} {five:.2f}"
+    )
+
+
+def total_calls(executions: int, processes: int, seed: int = SEED) -> int:
+    report = plan_workload(executions, processes, seed)
+    return sum(report.calls_by_function.values())
+
+
+def open_worker_side(dp_dir: Path, control: Service, visibility_s: int) -> Projector:
+    """``open_projector`` over ``dp_dir``, its SQLite queue reopened with a visibility timeout
+    of ``visibility_s`` (``dataplane.json`` has no queue settings; the default is 30 s)."""
+    dp = load_dataplane_config(dp_dir, host="127.0.0.1", port=1)
+    opened = open_projector(ProjectorConfig(dp, control.url, control.token))
+    opened.queue.close()  # type: ignore[attr-defined]  # reason: the embedded SqliteQueue
+    settings = QueueSettings(visibility_timeout_s=visibility_s)
+    queue = SqliteQueue.open(dataclasses.replace(dp.queue_config, settings=settings))
+    return Projector(opened.config, opened.store, queue, opened.control)
+
+
+def fmt_row(cells: list[str], widths: list[int]) -> str:
+    return "".join(
+        c.ljust(w) if i == 0 else c.rjust(w)
+        for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+    )
+
+
+# ------------------------------------------------------------------------------ throughput
+
+
+@dataclass
+class DrainRun:
+    threads: int
+    wall_s: float
+    cpu_s: float
+    control_cpu_s: float
+    stats: dict[str, int]
+    phases: Phases
+    visible: tuple[int, int]
+    """(calls, captured calls) the control plane answers after the drain."""
+    problems: list[str] = field(default_factory=list)
+
+
+def pure_baseline(projector: Projector) -> tuple[float, float, int]:
+    """Gather + project every meta object of the bucket on this thread, no writes:
+    (wall s, CPU s, executions)."""
+    store = projector.store
+    keys = [i.key for i in store.list(evidence_prefix(SCOPE)) if i.key.endswith(".bamlmeta.zst")]
+    reader = EvidenceReader(store, SCOPE)
+    executions = 0
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    for key in keys:
+        evidence = parse_evidence_key(key)
+        if evidence.euid is None or evidence.sequence is None:
+            raise SystemExit(f"not a meta segment key: {key}")
+        gathered = gather_root_ended(reader, evidence.euid, evidence.sequence)
+        for inputs in gathered.executions:
+            project_execution(inputs, gathered.definitions.get(inputs.meta.execution_id, []))
+            executions += 1
+    return time.perf_counter() - wall0, time.process_time() - cpu0, executions
+
+
+def drain(dp_dir: Path, cp_dir: Path, threads: int, visibility_s: int) -> DrainRun:
+    """``ProjectorWorker.drain()`` on ``threads`` threads (one ``Projector``) into a fresh
+    control plane; the queue of ``dp_dir`` holds every notification of the shipped store."""
+    with control_plane(cp_dir) as control:
+        projector = open_worker_side(dp_dir, control, visibility_s)
+        workers = [projector.worker() for _ in range(threads)]
+        phases = Phases()
+        phases.install(projector.control, projector.queue, projector.private_store(SCOPE), workers)
+        problems: list[str] = []
+
+        def run(worker: ProjectorWorker) -> None:
+            try:
+                worker.drain(max_rounds=1_000_000)
+            except Exception as exc:  # reported below, never hidden
+                problems.append(f"a worker thread stopped: {type(exc).__name__}: {exc}")
+
+        pool = [threading.Thread(target=run, args=(w,)) for w in workers]
+        cp0, cpu0, wall0 = cpu_seconds(control.pid), time.process_time(), time.perf_counter()
+        for thread in pool:
+            thread.start()
+        for thread in pool:
+            thread.join()
+        wall = time.perf_counter() - wall0
+        cpu, cp_cpu = time.process_time() - cpu0, cpu_seconds(control.pid) - cp0
+        phases.uninstall()
+        stats: dict[str, int] = {}
+        for worker in workers:
+            for name, value in vars(worker.stats).items():
+                stats[name] = stats.get(name, 0) + value
+        resident = Resident(control.url, control.token)
+        try:
+            visible = resident.counts()
+        finally:
+            resident.close()
+        left = queue_left(projector)
+        if left:
+            problems.append(f"{left} messages left in the queue")
+        projector.close()
+    return DrainRun(threads, wall, cpu, cp_cpu, stats, phases, visible, problems)
+
+
+def queue_left(projector: Projector) -> int:
+    count = getattr(projector.queue, "approximate_count", None)
+    return int(count()) if callable(count) else 0
+
+
+def captured_calls(roots: list[Path]) -> int:
+    """``calls_v1`` rows the local catalog folds from the profiler stores at ``roots``."""
+    return sum(LocalStoreSource(r).tables(["calls_v1"], None)["calls_v1"].num_rows for r in roots)
+
+
+def throughput(
+    tmp: Path, executions: int, thread_counts: list[int], target: float, visibility_s: int
+) -> None:
+    root = tmp / "store" / ".baml" / "profiles-v1"
+    started = time.perf_counter()
+    report = run_workload(root, executions, processes=2, seed=SEED)
+    build_s = time.perf_counter() - started
+    calls = sum(report.calls_by_function.values())
+    captured = captured_calls([root])
+    dp0 = tmp / "dataplane-shipped"
+    with dataplane(dp0) as dp:
+        flush = Publisher(root, dp.url, dp.token).flush()
+    if not flush.complete:
+        raise SystemExit(f"the publisher did not ship everything: {flush.problems}")
+    projector = open_worker_side(dp0, Service("http://127.0.0.1:1", "unused", 0), visibility_s)
+    try:
+        messages = queue_left(projector)
+        baseline = pure_baseline(projector)
+    finally:
+        projector.close()
+    print(
+        f"store: {executions} executions (seed {SEED}, 2 processes, built in {build_s:.1f} s), "
+        f"{calls} calls of which {captured} captured (calls_v1 rows); shipped "
+        f"{flush.objects} objects, {messages} queue messages; queue visibility timeout "
+        f"{visibility_s} s"
+    )
+    runs = []
+    for threads in thread_counts:
+        dp_dir = tmp / f"dataplane-{threads}t"
+        shutil.copytree(dp0, dp_dir)
+        runs.append(drain(dp_dir, tmp / f"control-{threads}t", threads, visibility_s))
+    print_throughput(runs, baseline, executions, calls, captured, target)
+
+
+def print_throughput(
+    runs: list[DrainRun],
+    baseline: tuple[float, float, int],
+    executions: int,
+    calls: int,
+    captured: int,
+    target: float,
+) -> None:
+    widths = [40, 8, 9, 10, 12, 12, 15]
+    head = [
+        "projector",
+        "wall s",
+        "exec/s",
+        "calls/s",
+        "exec/CPU-s",
+        "calls/CPU-s",
+        "calls/CPU-s+CP",
+    ]
+    print()
+    print(fmt_row(head, widths))
+    print("-" * sum(widths))
+    b_wall, b_cpu, b_exec = baseline
+    b_calls = calls * b_exec / executions
+    for run in runs:
+        all_cpu = run.cpu_s + run.control_cpu_s
+        row = [
+            f"drain, {run.threads} thread{'s' if run.threads > 1 else ''}", f"{run.wall_s:.1f}",
+            f"{executions / run.wall_s:.1f}", f"{calls / run.wall_s:.0f}",
+            f"{executions / run.cpu_s:.1f}", f"{calls / run.cpu_s:.0f}", f"{calls / all_cpu:.0f}",
+        ]  # fmt: skip
+        print(fmt_row(row, widths))
+    row = [
+        "baseline: gather + project, no writes", f"{b_wall:.1f}", f"{b_exec / b_wall:.1f}",
+        f"{b_calls / b_wall:.0f}", f"{b_exec / b_cpu:.1f}", f"{b_calls / b_cpu:.0f}", "-",
+    ]  # fmt: skip
+    print(fmt_row(row, widths))
+    print()
+    print(f"{'ratio':<58}" + "".join(f"{f'{r.threads} thr':>10}" for r in runs))
+    ratios = [
+        ("calls/s / baseline calls/s", [calls / r.wall_s / (b_calls / b_wall) for r in runs]),
+        (f"calls/s / arrival target {target:,.0f} calls/s", [calls / r.wall_s / target
+                                                              for r in runs]),
+    ]  # fmt: skip
+    for label, values in ratios:
+        print(f"{label:<58}" + "".join(f"{v:>10.4f}" for v in values))
+    for run in runs:
+        print()
+        print(
+            f"drain, {run.threads} thread(s): CPU s projector {run.cpu_s:.1f}, control plane "
+            f"{run.control_cpu_s:.1f}; worker stats {run.stats}"
+        )
+        ok = run.visible == (calls, captured)
+        print(
+            f"  visible after the drain: {run.visible[0]} calls, {run.visible[1]} calls_v1 rows "
+            f"(expected {calls}, {captured}: {'match' if ok else 'MISMATCH'})"
+        )
+        for problem in run.problems:
+            print(f"  problem: {problem}")
+        print_phases(run.phases, run.wall_s * run.threads)
+
+
+def print_phases(phases: Phases, total: float) -> None:
+    """Steps by wall time; ``1st/4``, ``4th/4``: mean ms per call over the first and the last
+    quarter of the calls (a step that slows down as the datasets grow)."""
+    head = f"  {'step (wall s, summed over threads)':<40}{'calls':>8}{'s':>9}{'share':>8}"
+    print(head + f"{'ms/call':>9}{'1st/4':>9}{'4th/4':>9}")
+    for name, seconds in sorted(phases.seconds.items(), key=lambda kv: -kv[1]):
+        n = phases.calls[name]
+        first, last = phases.quarters(name)
+        print(
+            f"  {name:<40}{n:>8}{seconds:>9.2f}{seconds / total:>8.1%}"
+            f"{seconds / n * 1000:>9.1f}{first:>9.1f}{last:>9.1f}"
+        )
+
+
+# ------------------------------------------------------------------------------ arrival
+
+
+@dataclass
+class ChildReport:
+    index: int
+    executions: int
+    first_call: float
+    last_call: float
+    closed: float
+    cpu_s: float
+    mismatches: int
+    shipped_objects: int
+    publish_problems: list[str]
+    stats: dict[str, int]
+
+
+def arrival_child(
+    conn: Connection,
+    store_root: Path,
+    executions: int,
+    processes: int,
+    index: int,
+    url: str,
+    token: str,
+    concurrency: int,
+) -> None:
+    """One workload process: the real profiler with its publisher shipping to ``url``; runs its
+    share once the parent sends the start time, closes the profiler (final publisher flush)."""
+    from baml_studio.profiler import Profiler, ProfilerConfig
+    from baml_studio.workload.runner import _drive, share  # the workload's own driver
+
+    try:
+        config = ProfilerConfig(store_root=store_root, publish_gateway_url=url, publish_token=token)
+        profiler = Profiler(config)
+        if profiler.open_error is not None:
+            raise profiler.open_error
+        conn.send(("ready", None))
+        go_at = conn.recv()
+        time.sleep(max(0.0, go_at - time.time()))  # both processes start together
+        cpu0 = time.process_time()
+        profiler.activate()
+        ordinals = share(executions, processes, index)
+        first = time.time()
+        mismatches = asyncio.run(_drive(SEED, ordinals, concurrency))
+        last = time.time()
+        publisher = profiler.publisher
+        profiler.close(timeout=max(60.0, 0.1 * len(ordinals)))
+        closed = time.time()
+        problems = [] if publisher is not None else ["the profiler started no publisher"]
+        shipped = 0
+        if publisher is not None:
+            if publisher.last_error is not None:
+                problems.append(f"last publisher error: {publisher.last_error}")
+            report = publisher.last_report
+            if report is None or not report.complete:
+                problems.append(
+                    f"final flush incomplete: {None if report is None else report.problems}"
+                )
+            shipped = 0 if report is None else report.objects
+        stats = dataclasses.asdict(profiler.stats)
+        stats["publish_failures"] = profiler.publish_failures
+        conn.send(
+            ("ok", ChildReport(index, len(ordinals), first, last, closed,
+                               time.process_time() - cpu0, len(mismatches), shipped, problems,
+                               stats))
+        )  # fmt: skip
+    except BaseException:
+        conn.send(("error", traceback.format_exc()))
+    finally:
+        conn.close()
+
+
+def plan_for_calls(target: int, processes: int) -> tuple[int, int]:
+    """The fewest executions whose planned calls reach ``target``: (executions, calls)."""
+    probe = 1000
+    per = total_calls(probe, processes) / probe
+    n = max(processes, math.ceil(target / per))
+    calls = total_calls(n, processes)
+    while calls < target:
+        n += max(1, math.ceil((target - calls) / per))
+        calls = total_calls(n, processes)
+    while n > processes and total_calls(n - 1, processes) >= target:
+        n -= 1
+        calls = total_calls(n, processes)
+    return n, calls
+
+
+class WorkerLoop:
+    """Projector worker threads receiving one message at a time until stopped."""
+
+    def __init__(self, projector: Projector, threads: int) -> None:
+        self.workers = [projector.worker() for _ in range(threads)]
+        self.stop = threading.Event()
+        self.problems: list[str] = []
+        self.threads = [threading.Thread(target=self._run, args=(w,)) for w in self.workers]
+
+    def _run(self, worker: ProjectorWorker) -> None:
+        while not self.stop.is_set():
+            try:
+                worker.run_once(max_messages=1, wait_s=0.5)
+            except Exception as exc:  # a deployed loop logs and goes on; we count it
+                self.problems.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+
+    def start(self) -> None:
+        for thread in self.threads:
+            thread.start()
+
+    def close(self) -> dict[str, int]:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join()
+        stats: dict[str, int] = {}
+        for worker in self.workers:
+            for name, value in vars(worker.stats).items():
+                stats[name] = stats.get(name, 0) + value
+        return stats
+
+
+def arrival(tmp: Path, args: argparse.Namespace) -> None:
+    processes = 2
+    executions, calls = plan_for_calls(args.arrival_calls, processes)
+    roots = [tmp / f"host-{i}" / ".baml" / "profiles-v1" for i in range(processes)]
+    print(
+        f"arrival replay: {executions} executions, {calls} calls (seed {SEED}) in {processes} "
+        f"processes (own store each), publisher flush every {args.flush_interval} s, "
+        f"{args.arrival_threads} projector threads, queue visibility timeout "
+        f"{args.visibility_timeout} s, timeout {args.timeout:.0f} s"
+    )
+    context = multiprocessing.get_context("spawn")
+    timeline: list[tuple[float, int, int]] = []
+    with (
+        dataplane(tmp / "dataplane", flush_interval_s=args.flush_interval) as dp,
+        control_plane(tmp / "control") as control,
+    ):
+        projector = open_worker_side(tmp / "dataplane", control, args.visibility_timeout)
+        loop = WorkerLoop(projector, args.arrival_threads)
+        phases = Phases()
+        private = projector.private_store(SCOPE)
+        phases.install(projector.control, projector.queue, private, loop.workers)
+        loop.start()
+        resident = Resident(control.url, control.token)
+        children = []
+        for index, root in enumerate(roots):
+            receiver, sender = context.Pipe(duplex=True)
+            child = context.Process(
+                target=arrival_child,
+                args=(sender, root, executions, processes, index, dp.url, dp.token, 8),
+            )
+            child.start()
+            children.append((child, receiver))
+        for _, receiver in children:
+            kind, payload = receiver.recv()
+            if kind != "ready":
+                raise SystemExit(f"a workload process failed:\n{payload}")
+        cpu = {"projector": time.process_time(), "control": cpu_seconds(control.pid),
+               "dataplane": cpu_seconds(dp.pid)}  # fmt: skip
+        go_at = time.time() + 0.5
+        for _, receiver in children:
+            receiver.send(go_at)
+        reports: dict[int, ChildReport] = {}
+        done_at: float | None = None
+        deadline = go_at + args.timeout
+        while time.time() < deadline:
+            for index, (_, receiver) in enumerate(children):
+                if index not in reports and receiver.poll():
+                    kind, payload = receiver.recv()
+                    if kind != "ok":
+                        raise SystemExit(f"workload process {index} failed:\n{payload}")
+                    reports[index] = payload
+            now = time.time()
+            seen, seen_captured = resident.counts()
+            timeline.append((now, seen, seen_captured))
+            if seen >= calls and len(reports) == processes:
+                done_at = now
+                break
+            time.sleep(max(0.0, 1.0 - (time.time() - now)))  # poll about once a second
+        cpu = {
+            "projector": time.process_time() - cpu["projector"],
+            "control": cpu_seconds(control.pid) - cpu["control"],
+            "dataplane": cpu_seconds(dp.pid) - cpu["dataplane"],
+        }
+        stats = loop.close()
+        phases.uninstall()
+        window = time.time() - go_at
+        final = resident.counts()
+        resident.close()
+        left = queue_left(projector)
+        projector.close()
+        for index, (child, receiver) in enumerate(children):
+            if index not in reports:
+                kind, payload = receiver.recv()  # the workload itself always finishes
+                if kind != "ok":
+                    raise SystemExit(f"workload process {index} failed:\n{payload}")
+                reports[index] = payload
+            child.join()
+    captured = captured_calls(roots)
+    print_arrival(args, calls, captured, timeline, reports, done_at, final, stats, loop, left, cpu)
+    print_phases(phases, window * args.arrival_threads)
+
+
+def print_arrival(
+    args: argparse.Namespace,
+    calls: int,
+    captured: int,
+    timeline: list[tuple[float, int, int]],
+    reports: dict[int, ChildReport],
+    done_at: float | None,
+    final: tuple[int, int],
+    stats: dict[str, int],
+    loop: WorkerLoop,
+    left: int,
+    cpu: dict[str, float],
+) -> None:
+    first = min(r.first_call for r in reports.values())
+    arrival_s = max(r.last_call for r in reports.values()) - first
+    accepted_s = max(r.closed for r in reports.values()) - first
+    print()
+    for r in sorted(reports.values(), key=lambda r: r.index):
+        print(
+            f"workload process {r.index}: {r.executions} executions, calls from "
+            f"{r.first_call - first:+.2f} s to {r.last_call - first:.2f} s, profiler closed "
+            f"(final flush returned) at {r.closed - first:.2f} s, CPU {r.cpu_s:.1f} s, "
+            f"mismatches {r.mismatches}, final flush {r.shipped_objects} objects"
+            + "".join(f"; problem: {p}" for p in r.publish_problems)
+        )
+    print(f"{'t s':>8}{'calls visible':>15}{'calls_v1 rows':>15}")
+    step = max(1, len(timeline) // 20)
+    for i, (t, seen, seen_captured) in enumerate(timeline):
+        if i % step == 0 or i == len(timeline) - 1:
+            print(f"{t - first:>8.1f}{seen:>15}{seen_captured:>15}")
+    print()
+    widths = [38, 12, 18, 8]
+    asked = args.arrival_seconds
+    rows = [
+        [f"{calls} calls arrived", f"{arrival_s:.2f}", f"{asked:g} (asked)", arrival_s / asked],
+        ["accepted (final flushes shipped)", f"{accepted_s:.2f}", f"{POC_ACCEPT_S}",
+         accepted_s / POC_ACCEPT_S],
+    ]  # fmt: skip
+    last_t, seen, seen_captured = timeline[-1]
+    if done_at is not None:
+        visible_s = done_at - first
+        rows.append(["every call queryable", f"{visible_s:.2f}", f"{POC_VISIBLE_S}",
+                     visible_s / POC_VISIBLE_S])  # fmt: skip
+        rows.append(["every call queryable vs the goal", f"{visible_s:.2f}", f"{GOAL_S:g} (goal)",
+                     visible_s / GOAL_S])  # fmt: skip
+    else:
+        rows.append(["every call queryable", "not reached", f"{POC_VISIBLE_S}", None])
+    print(fmt_row(["from the first call", "seconds", "baseline s", "ratio"], widths))
+    print("-" * sum(widths))
+    for label, seconds, baseline, ratio in rows:
+        cells = [str(label), str(seconds), str(baseline), "-" if ratio is None else f"{ratio:.2f}"]
+        print(fmt_row(cells, widths))
+    if done_at is not None:
+        verdict = "met" if done_at - first < GOAL_S else "NOT met"
+        print(f"goal: every call queryable in < {GOAL_S:.0f} s: {verdict}")
+    else:
+        print(
+            f"after {last_t - first:.0f} s (timeout): {seen} of {calls} calls queryable "
+            f"({seen / calls:.1%}), {seen_captured} of {captured} calls_v1 rows; goal of "
+            f"< {GOAL_S:.0f} s NOT met"
+        )
+    ok = final == (calls, captured)
+    print(
+        f"visible at the end: {final[0]} calls, {final[1]} calls_v1 rows (workload: {calls} "
+        f"calls, local catalog: {captured} calls_v1 rows: {'match' if ok else 'not all visible'})"
+    )
+    print(f"projector worker stats {stats}; {left} messages still queued")
+    for problem in sorted(set(loop.problems)):
+        print(f"  worker problem ({loop.problems.count(problem)}x): {problem}")
+    print(
+        f"CPU s during the replay: projector {cpu['projector']:.1f}, control plane "
+        f"{cpu['control']:.1f}, data plane {cpu['dataplane']:.1f}, workload processes "
+        f"{sum(r.cpu_s for r in reports.values()):.1f}"
+    )
+
+
+# ------------------------------------------------------------------------------ main
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--executions", type=int, default=2000, help="throughput store size")
+    parser.add_argument("--threads", default="1,2", help="worker threads per drain run")
+    parser.add_argument("--arrival-calls", type=int, default=100_000)
+    parser.add_argument("--arrival-seconds", type=float, default=2.0)
+    parser.add_argument("--flush-interval", type=int, default=1, help="publisher flush (s)")
+    parser.add_argument("--arrival-threads", type=int, default=2, help="projector threads")
+    parser.add_argument(
+        "--visibility-timeout", type=int, default=900, help="queue visibility timeout (s)"
+    )
+    parser.add_argument("--timeout", type=float, default=300.0, help="arrival replay limit (s)")
+    parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument("--skip-arrival", action="store_true")
+    parser.add_argument("--keep", type=Path, help="work under this directory and keep it")
+    args = parser.parse_args()
+    print(machine())
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
+        tmp = args.keep.resolve()
+    else:
+        tmp = Path(tempfile.mkdtemp(prefix="projection-bench-", dir="/tmp"))
+    goal = args.arrival_calls / args.arrival_seconds
+    try:
+        if not args.skip_throughput:
+            counts = [int(t) for t in args.threads.split(",")]
+            throughput(tmp / "throughput", args.executions, counts, goal, args.visibility_timeout)
+        if not args.skip_arrival:
+            print()
+            arrival(tmp / "arrival", args)
+    finally:
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
