@@ -34,7 +34,9 @@ def durability(queue: SqliteQueue, count: int) -> None:
 def consume(queue: SqliteQueue, limit: int | None) -> None:
     taken = 0
     while (limit is None or taken < limit) and (
-        messages := queue.receive(max_messages=min(3, limit - taken) if limit else 3, wait_s=0.5)
+        messages := queue.receive(
+            max_messages=min(3, limit - taken) if limit else 3, wait_s=0.5, visibility_timeout_s=600
+        )
     ):
         for message in messages:
             queue.delete(message.receipt)
