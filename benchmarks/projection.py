@@ -11,8 +11,9 @@ SQLite metastore + chDB), each under a temp dir; the projector (``projector.serv
 
 1. **Throughput.** A store of ``--executions`` seeded workload executions (2 processes) is
    shipped once by the real publisher through the gateway; the bucket and queue are then
-   copied for each run, and ``ProjectorWorker.drain()`` (1 thread, then 2 threads sharing one
-   ``Projector``) empties the queue into a fresh control plane. Reported: executions/s and
+   copied for each run, and ``ProjectorWorker.drain()`` (1 thread; with more threads, each
+   sharing one ``Projector``, ``run_once(max_messages=1)`` until the queue has none visible)
+   empties the queue into a fresh control plane. Reported: executions/s and
    calls/s of wall time, and per core (per CPU-second of the projector process, and of the
    projector plus control-plane processes); time per step from wrappers around the calls the
    worker makes. Baseline in the same run: gather + project of every meta object of the same
@@ -22,8 +23,11 @@ SQLite metastore + chDB), each under a temp dir; the projector (``projector.serv
    processes (each its own store, as two hosts), start together through the real profiler
    with its publisher shipping to the gateway (``flush_interval_seconds`` from the gateway
    config, ``--flush-interval``); projector worker threads consume the queue meanwhile; the
-   control plane is polled with ``SELECT count(*) FROM calls_v1`` (a resident query) until the
-   count equals the calls the workload made, or ``--timeout`` passes. Reported from the first
+   control plane is polled about once a second with two resident queries,
+   ``SELECT sum(calls_started) FROM call_path_stats_v1`` (every call, captured or not) and
+   ``SELECT count(*) FROM calls_v1`` (captured calls: LLM functions, roots, ``capture()``),
+   until the first equals the calls the workload made, or ``--timeout`` passes; at the end
+   the second is checked against the local catalog of the profilers' stores. Reported from the first
    call: arrival (last call ended), accepted (both publishers' final flushes returned, all
    shipped), queryable; compared with the proof of concept's 40.85 s (accept) and 214.93 s
    (visible) and the 20 s goal.
@@ -55,6 +59,7 @@ from baml_studio.gateway.keys import evidence_prefix
 from baml_studio.gateway.service import load_dataplane_config
 from baml_studio.projector.evidence import EvidenceReader
 from baml_studio.projector.gather import gather_root_ended
+from baml_studio.projector.loop import run_projector
 from baml_studio.projector.messages import parse_evidence_key
 from baml_studio.projector.project import project_execution
 from baml_studio.projector.service import Projector, ProjectorConfig, open_projector
@@ -65,6 +70,7 @@ from baml_studio.queue.sqlite import SqliteQueue
 from baml_studio.workload import plan_workload, run_workload
 from projection_rig import (
     SCOPE,
+    LogCounter,
     Phases,
     Resident,
     Service,
@@ -119,6 +125,7 @@ def fmt_row(cells: list[str], widths: list[int]) -> str:
 
 @dataclass
 class DrainRun:
+    mode: str
     threads: int
     wall_s: float
     cpu_s: float
@@ -149,35 +156,56 @@ def pure_baseline(projector: Projector) -> tuple[float, float, int]:
     return time.perf_counter() - wall0, time.process_time() - cpu0, executions
 
 
-def drain(dp_dir: Path, cp_dir: Path, threads: int, visibility_s: int) -> DrainRun:
-    """``ProjectorWorker.drain()`` on ``threads`` threads (one ``Projector``) into a fresh
-    control plane; the queue of ``dp_dir`` holds every notification of the shipped store."""
+MODES = {
+    "drain": "ProjectorWorker.drain()",
+    "loop": "service loop (run_projector once)",
+    "single": "threads, 1 message per receive",
+}
+
+
+def drain(dp_dir: Path, cp_dir: Path, mode: str, threads: int, visibility_s: int) -> DrainRun:
+    """Empty the queue of ``dp_dir`` (every notification of the shipped store) into a fresh
+    control plane and Lance: ``drain`` = ``ProjectorWorker.drain()`` on one thread; ``loop`` =
+    the service loop ``run_projector(workers=threads, once=True)`` (each thread leases 10
+    messages per receive); ``single`` = ``threads`` workers of one ``Projector``, each
+    ``run_once(max_messages=1)`` until nothing is visible."""
     with control_plane(cp_dir) as control:
         projector = open_worker_side(dp_dir, control, visibility_s)
-        workers = [projector.worker() for _ in range(threads)]
         phases = Phases()
-        phases.install(projector.control, projector.queue, projector.private_store(SCOPE), workers)
+        phases.install(projector)
+        warnings = LogCounter().install()
         problems: list[str] = []
-
-        def run(worker: ProjectorWorker) -> None:
-            try:
-                worker.drain(max_rounds=1_000_000)
-            except Exception as exc:  # reported below, never hidden
-                problems.append(f"a worker thread stopped: {type(exc).__name__}: {exc}")
-
-        pool = [threading.Thread(target=run, args=(w,)) for w in workers]
+        stats: dict[str, int] = {}
         cp0, cpu0, wall0 = cpu_seconds(control.pid), time.process_time(), time.perf_counter()
-        for thread in pool:
-            thread.start()
-        for thread in pool:
-            thread.join()
+        if mode == "loop":
+            report = run_projector(projector, stop=threading.Event(), workers=threads, once=True)
+            stats = report.as_dict()
+        else:
+            workers = [projector.worker() for _ in range(threads)]
+
+            def run(worker: ProjectorWorker) -> None:
+                try:
+                    if mode == "drain":
+                        worker.drain(max_rounds=1_000_000)
+                    else:
+                        while worker.run_once(max_messages=1):
+                            pass
+                except Exception as exc:  # reported below, never hidden
+                    problems.append(f"a worker thread stopped: {type(exc).__name__}: {exc}")
+
+            pool = [threading.Thread(target=run, args=(w,)) for w in workers]
+            for thread in pool:
+                thread.start()
+            for thread in pool:
+                thread.join()
+            for worker in workers:
+                for name, value in vars(worker.stats).items():
+                    stats[name] = stats.get(name, 0) + value
         wall = time.perf_counter() - wall0
         cpu, cp_cpu = time.process_time() - cpu0, cpu_seconds(control.pid) - cp0
         phases.uninstall()
-        stats: dict[str, int] = {}
-        for worker in workers:
-            for name, value in vars(worker.stats).items():
-                stats[name] = stats.get(name, 0) + value
+        warnings.uninstall()
+        problems += [f"logged {n}x: {text}" for text, n in sorted(warnings.counts.items())]
         resident = Resident(control.url, control.token)
         try:
             visible = resident.counts()
@@ -187,7 +215,7 @@ def drain(dp_dir: Path, cp_dir: Path, threads: int, visibility_s: int) -> DrainR
         if left:
             problems.append(f"{left} messages left in the queue")
         projector.close()
-    return DrainRun(threads, wall, cpu, cp_cpu, stats, phases, visible, problems)
+    return DrainRun(mode, threads, wall, cpu, cp_cpu, stats, phases, visible, problems)
 
 
 def queue_left(projector: Projector) -> int:
@@ -201,7 +229,7 @@ def captured_calls(roots: list[Path]) -> int:
 
 
 def throughput(
-    tmp: Path, executions: int, thread_counts: list[int], target: float, visibility_s: int
+    tmp: Path, executions: int, runs_asked: list[tuple[str, int]], target: float, visibility_s: int
 ) -> None:
     root = tmp / "store" / ".baml" / "profiles-v1"
     started = time.perf_counter()
@@ -227,11 +255,15 @@ def throughput(
         f"{visibility_s} s"
     )
     runs = []
-    for threads in thread_counts:
-        dp_dir = tmp / f"dataplane-{threads}t"
+    for mode, threads in runs_asked:
+        dp_dir = tmp / f"dataplane-{mode}-{threads}"
         shutil.copytree(dp0, dp_dir)
-        runs.append(drain(dp_dir, tmp / f"control-{threads}t", threads, visibility_s))
+        runs.append(drain(dp_dir, tmp / f"control-{mode}-{threads}", mode, threads, visibility_s))
     print_throughput(runs, baseline, executions, calls, captured, target)
+
+
+def run_label(run: DrainRun) -> str:
+    return f"{MODES[run.mode]}, {run.threads} thr"
 
 
 def print_throughput(
@@ -242,47 +274,37 @@ def print_throughput(
     captured: int,
     target: float,
 ) -> None:
-    widths = [40, 8, 9, 10, 12, 12, 15]
-    head = [
-        "projector",
-        "wall s",
-        "exec/s",
-        "calls/s",
-        "exec/CPU-s",
-        "calls/CPU-s",
-        "calls/CPU-s+CP",
-    ]
+    widths = [46, 8, 8, 9, 11, 12, 13, 10, 10]
+    head = ["run", "wall s", "exec/s", "calls/s", "exec/CPU-s", "calls/CPU-s", "+control CPU",
+            "/baseline", "/target"]  # fmt: skip
     print()
     print(fmt_row(head, widths))
     print("-" * sum(widths))
     b_wall, b_cpu, b_exec = baseline
-    b_calls = calls * b_exec / executions
+    b_rate = calls * b_exec / executions / b_wall
     for run in runs:
-        all_cpu = run.cpu_s + run.control_cpu_s
+        rate = calls / run.wall_s
         row = [
-            f"drain, {run.threads} thread{'s' if run.threads > 1 else ''}", f"{run.wall_s:.1f}",
-            f"{executions / run.wall_s:.1f}", f"{calls / run.wall_s:.0f}",
-            f"{executions / run.cpu_s:.1f}", f"{calls / run.cpu_s:.0f}", f"{calls / all_cpu:.0f}",
+            run_label(run), f"{run.wall_s:.1f}", f"{executions / run.wall_s:.1f}", f"{rate:.0f}",
+            f"{executions / run.cpu_s:.1f}", f"{calls / run.cpu_s:.0f}",
+            f"{calls / (run.cpu_s + run.control_cpu_s):.0f}", f"{rate / b_rate:.4f}",
+            f"{rate / target:.4f}",
         ]  # fmt: skip
         print(fmt_row(row, widths))
     row = [
         "baseline: gather + project, no writes", f"{b_wall:.1f}", f"{b_exec / b_wall:.1f}",
-        f"{b_calls / b_wall:.0f}", f"{b_exec / b_cpu:.1f}", f"{b_calls / b_cpu:.0f}", "-",
+        f"{b_rate:.0f}", f"{b_exec / b_cpu:.1f}", f"{calls * b_exec / executions / b_cpu:.0f}",
+        "-", "1", f"{b_rate / target:.4f}",
     ]  # fmt: skip
     print(fmt_row(row, widths))
-    print()
-    print(f"{'ratio':<58}" + "".join(f"{f'{r.threads} thr':>10}" for r in runs))
-    ratios = [
-        ("calls/s / baseline calls/s", [calls / r.wall_s / (b_calls / b_wall) for r in runs]),
-        (f"calls/s / arrival target {target:,.0f} calls/s", [calls / r.wall_s / target
-                                                              for r in runs]),
-    ]  # fmt: skip
-    for label, values in ratios:
-        print(f"{label:<58}" + "".join(f"{v:>10.4f}" for v in values))
+    print(
+        f"per CPU-s: of the projector process; +control CPU: of the projector and control-plane "
+        f"processes; target: {target:,.0f} calls/s (the arrival replay's rate)"
+    )
     for run in runs:
         print()
         print(
-            f"drain, {run.threads} thread(s): CPU s projector {run.cpu_s:.1f}, control plane "
+            f"{run_label(run)}: CPU s projector {run.cpu_s:.1f}, control plane "
             f"{run.control_cpu_s:.1f}; worker stats {run.stats}"
         )
         ok = run.visible == (calls, captured)
@@ -383,44 +405,46 @@ def arrival_child(
 
 
 def plan_for_calls(target: int, processes: int) -> tuple[int, int]:
-    """The fewest executions whose planned calls reach ``target``: (executions, calls)."""
-    probe = 1000
-    per = total_calls(probe, processes) / probe
-    n = max(processes, math.ceil(target / per))
-    calls = total_calls(n, processes)
-    while calls < target:
-        n += max(1, math.ceil((target - calls) / per))
-        calls = total_calls(n, processes)
-    while n > processes and total_calls(n - 1, processes) >= target:
-        n -= 1
-        calls = total_calls(n, processes)
-    return n, calls
+    """The fewest executions whose planned calls reach ``target``: (executions, calls).
+    Execution ``i`` is the same job whatever the count, so one plan gives every prefix."""
+    per = total_calls(1000, processes) / 1000
+    plan = plan_workload(math.ceil(1.2 * target / per) + 100, processes, SEED)
+    running = 0
+    for record in plan.executions:
+        running += sum(record.calls.values())
+        if running >= target:
+            return record.ordinal + 1, total_calls(record.ordinal + 1, processes)
+    raise SystemExit(f"{len(plan.executions)} executions make fewer than {target} calls")
 
 
-class WorkerLoop:
-    """Projector worker threads receiving one message at a time until stopped."""
+class ServiceLoop:
+    """The projector's service loop (``run_projector``, as ``baml-studio projector`` runs it,
+    without sweep and compaction) on a thread of this process; ``projector.worker`` is wrapped
+    to keep the workers it makes, so their counters can be read while it runs."""
 
-    def __init__(self, projector: Projector, threads: int) -> None:
-        self.workers = [projector.worker() for _ in range(threads)]
+    def __init__(self, projector: Projector, threads: int, wait_s: float = 1.0) -> None:
+        self.workers: list[ProjectorWorker] = []
+        make = projector.worker
+
+        def worker() -> ProjectorWorker:
+            made = make()
+            self.workers.append(made)
+            return made
+
+        projector.worker = worker  # type: ignore[method-assign]  # reason: keep the workers
         self.stop = threading.Event()
-        self.problems: list[str] = []
-        self.threads = [threading.Thread(target=self._run, args=(w,)) for w in self.workers]
+        self.failure: str | None = None
+        self.thread = threading.Thread(
+            target=self._run, args=(projector, threads, wait_s), daemon=True
+        )
 
-    def _run(self, worker: ProjectorWorker) -> None:
-        while not self.stop.is_set():
-            try:
-                worker.run_once(max_messages=1, wait_s=0.5)
-            except Exception as exc:  # a deployed loop logs and goes on; we count it
-                self.problems.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+    def _run(self, projector: Projector, threads: int, wait_s: float) -> None:
+        try:
+            run_projector(projector, stop=self.stop, workers=threads, wait_s=wait_s)
+        except Exception as exc:  # reported, never hidden
+            self.failure = f"{type(exc).__name__}: {exc}"
 
-    def start(self) -> None:
-        for thread in self.threads:
-            thread.start()
-
-    def close(self) -> dict[str, int]:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join()
+    def stats(self) -> dict[str, int]:
         stats: dict[str, int] = {}
         for worker in self.workers:
             for name, value in vars(worker.stats).items():
@@ -445,11 +469,11 @@ def arrival(tmp: Path, args: argparse.Namespace) -> None:
         control_plane(tmp / "control") as control,
     ):
         projector = open_worker_side(tmp / "dataplane", control, args.visibility_timeout)
-        loop = WorkerLoop(projector, args.arrival_threads)
         phases = Phases()
-        private = projector.private_store(SCOPE)
-        phases.install(projector.control, projector.queue, private, loop.workers)
-        loop.start()
+        phases.install(projector)
+        warnings = LogCounter().install()
+        loop = ServiceLoop(projector, args.arrival_threads)
+        loop.thread.start()
         resident = Resident(control.url, control.token)
         children = []
         for index, root in enumerate(roots):
@@ -482,22 +506,27 @@ def arrival(tmp: Path, args: argparse.Namespace) -> None:
             now = time.time()
             seen, seen_captured = resident.counts()
             timeline.append((now, seen, seen_captured))
+            if len(timeline) % 30 == 0:  # progress on stderr: the tables go to stdout
+                print(f"  {now - go_at:.0f} s: {seen} of {calls} calls", file=sys.stderr)
             if seen >= calls and len(reports) == processes:
                 done_at = now
                 break
             time.sleep(max(0.0, 1.0 - (time.time() - now)))  # poll about once a second
+        window = time.time() - go_at
         cpu = {
             "projector": time.process_time() - cpu["projector"],
             "control": cpu_seconds(control.pid) - cpu["control"],
             "dataplane": cpu_seconds(dp.pid) - cpu["dataplane"],
         }
-        stats = loop.close()
-        phases.uninstall()
-        window = time.time() - go_at
         final = resident.counts()
         resident.close()
+        # the figures at the end of the window; threads still inside a message are stopped
+        # by ending the services under them (their message is left for a retry)
+        stats, phases_at_end, logged = loop.stats(), phases.snapshot(), warnings.snapshot()
+        loop.stop.set()
+        loop.thread.join(2.0)
+        busy = loop.thread.is_alive()
         left = queue_left(projector)
-        projector.close()
         for index, (child, receiver) in enumerate(children):
             if index not in reports:
                 kind, payload = receiver.recv()  # the workload itself always finishes
@@ -505,9 +534,30 @@ def arrival(tmp: Path, args: argparse.Namespace) -> None:
                     raise SystemExit(f"workload process {index} failed:\n{payload}")
                 reports[index] = payload
             child.join()
+    loop.thread.join(120.0)
+    phases.uninstall()
+    warnings.uninstall()
+    projector.close()
+    problems = [f"{n}x {text}" for text, n in sorted(logged.items())]
+    if loop.failure:
+        problems.append(f"the service loop failed: {loop.failure}")
+    end = Ending(final, stats, problems, left, busy, cpu)
     captured = captured_calls(roots)
-    print_arrival(args, calls, captured, timeline, reports, done_at, final, stats, loop, left, cpu)
-    print_phases(phases, window * args.arrival_threads)
+    print_arrival(args, calls, captured, timeline, reports, done_at, end)
+    print_phases(phases_at_end, window * args.arrival_threads)
+
+
+@dataclass
+class Ending:
+    """The state at the end of the replay's window."""
+
+    visible: tuple[int, int]
+    stats: dict[str, int]
+    problems: list[str]
+    queued: int
+    busy: bool
+    """Worker threads were still inside a message when the window ended."""
+    cpu: dict[str, float]
 
 
 def print_arrival(
@@ -517,11 +567,7 @@ def print_arrival(
     timeline: list[tuple[float, int, int]],
     reports: dict[int, ChildReport],
     done_at: float | None,
-    final: tuple[int, int],
-    stats: dict[str, int],
-    loop: WorkerLoop,
-    left: int,
-    cpu: dict[str, float],
+    end: Ending,
 ) -> None:
     first = min(r.first_call for r in reports.values())
     arrival_s = max(r.last_call for r in reports.values()) - first
@@ -571,17 +617,22 @@ def print_arrival(
             f"({seen / calls:.1%}), {seen_captured} of {captured} calls_v1 rows; goal of "
             f"< {GOAL_S:.0f} s NOT met"
         )
+    final = end.visible
     ok = final == (calls, captured)
     print(
         f"visible at the end: {final[0]} calls, {final[1]} calls_v1 rows (workload: {calls} "
         f"calls, local catalog: {captured} calls_v1 rows: {'match' if ok else 'not all visible'})"
     )
-    print(f"projector worker stats {stats}; {left} messages still queued")
-    for problem in sorted(set(loop.problems)):
-        print(f"  worker problem ({loop.problems.count(problem)}x): {problem}")
+    inside = "still inside messages" if end.busy else "idle"
     print(
-        f"CPU s during the replay: projector {cpu['projector']:.1f}, control plane "
-        f"{cpu['control']:.1f}, data plane {cpu['dataplane']:.1f}, workload processes "
+        f"projector worker stats {end.stats}; {end.queued} messages queued; workers {inside} "
+        f"at the end"
+    )
+    for problem in end.problems:
+        print(f"  logged by the projector: {problem}")
+    print(
+        f"CPU s during the replay: projector {end.cpu['projector']:.1f}, control plane "
+        f"{end.cpu['control']:.1f}, data plane {end.cpu['dataplane']:.1f}, workload processes "
         f"{sum(r.cpu_s for r in reports.values()):.1f}"
     )
 
@@ -592,7 +643,11 @@ def print_arrival(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--executions", type=int, default=2000, help="throughput store size")
-    parser.add_argument("--threads", default="1,2", help="worker threads per drain run")
+    parser.add_argument(
+        "--runs",
+        default="drain:1,loop:2,single:2",
+        help="throughput runs, MODE:THREADS with MODE one of " + ", ".join(MODES),
+    )
     parser.add_argument("--arrival-calls", type=int, default=100_000)
     parser.add_argument("--arrival-seconds", type=float, default=2.0)
     parser.add_argument("--flush-interval", type=int, default=1, help="publisher flush (s)")
@@ -614,8 +669,10 @@ def main() -> None:
     goal = args.arrival_calls / args.arrival_seconds
     try:
         if not args.skip_throughput:
-            counts = [int(t) for t in args.threads.split(",")]
-            throughput(tmp / "throughput", args.executions, counts, goal, args.visibility_timeout)
+            asked = [(m, int(t)) for m, t in (r.split(":") for r in args.runs.split(","))]
+            if any(m not in MODES for m, _ in asked):
+                parser.error(f"--runs: modes are {', '.join(MODES)}")
+            throughput(tmp / "throughput", args.executions, asked, goal, args.visibility_timeout)
         if not args.skip_arrival:
             print()
             arrival(tmp / "arrival", args)

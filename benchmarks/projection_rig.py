@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -199,12 +200,13 @@ class Resident:
 
 
 class Phases:
-    """Wall seconds and calls per step of the worker, summed over threads.
+    """Wall seconds and calls per step of the worker, summed over threads (a call is counted
+    when it returns).
 
     :meth:`install` wraps ``gather_root_ended`` and ``project_execution`` in the worker module's
-    namespace (the names it calls), and the control client's ``put_batches`` /
-    ``active_generation`` and the private store's writes and lookups on the instances the
-    worker holds; :meth:`uninstall` restores them.
+    namespace (the names it calls), ``ProjectorWorker.ingest_pack`` / ``_ensure_cids``, and the
+    control client's, queue's and private store's methods on the instances the ``Projector``
+    shares with its workers; :meth:`uninstall` restores them.
     """
 
     def __init__(self) -> None:
@@ -229,6 +231,15 @@ class Phases:
 
         return wrapper
 
+    def snapshot(self) -> Phases:
+        """A copy of the figures so far (the wrappers may still be counting)."""
+        copy = Phases()
+        with self._lock:
+            copy.seconds.update(self.seconds)
+            copy.calls.update(self.calls)
+            copy.series.update({name: list(values) for name, values in self.series.items()})
+        return copy
+
     def quarters(self, name: str) -> tuple[float, float]:
         """Mean ms per call over the first and the last quarter of the calls."""
         values = self.series[name]
@@ -243,20 +254,45 @@ class Phases:
         else:  # an instance attribute shadowing the class's method
             self._undo.append(lambda: delattr(owner, attribute))
 
-    def install(self, control: Any, queue: Any, private: Any, workers: list[Any]) -> None:
+    def install(self, projector: Any) -> None:
+        """Wrap the steps of every worker of ``projector`` (a ``Projector``)."""
         from baml_studio.projector import worker as worker_module
 
+        scope_store = projector.private_store(SCOPE)
         self._patch(worker_module, "gather_root_ended", "gather (bucket reads + decode)")
         self._patch(worker_module, "project_execution", "project (fold + split, pure)")
-        self._patch(control, "put_batches", "control plane: PUT batches")
-        self._patch(control, "active_generation", "control plane: generation")
-        self._patch(private, "write_execution", "Lance: private rows + marker")
-        self._patch(queue, "receive", "queue: receive")
-        self._patch(queue, "delete", "queue: delete")
-        for worker in workers:
-            self._patch(worker, "ingest_pack", "pack: get + decode + Lance values")
-            self._patch(worker, "_ensure_values", "values present? (Lance lookup)")
+        self._patch(projector.control, "put_batches", "control plane: PUT batches")
+        self._patch(projector.control, "active_generation", "control plane: generation")
+        self._patch(scope_store, "write_executions", "Lance: private rows + markers")
+        self._patch(projector.queue, "receive", "queue: receive (incl. long-poll wait)")
+        self._patch(projector.queue, "delete", "queue: delete")
+        worker_class = worker_module.ProjectorWorker
+        self._patch(worker_class, "ingest_pack", "pack: get + decode + Lance values")
+        self._patch(worker_class, "_ensure_cids", "values present? (Lance, CAS fallback)")
 
     def uninstall(self) -> None:
         while self._undo:
             self._undo.pop()()
+
+
+class LogCounter(logging.Handler):
+    """Counts the projector's warnings and errors by message template (``baml_studio.projector``
+    loggers: retries, lost leases, failures), instead of printing them."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.counts: dict[str, int] = defaultdict(int)
+        self._logger = logging.getLogger("baml_studio.projector")
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.counts[f"{record.levelname} {record.name}: {record.msg}"] += 1
+
+    def install(self) -> LogCounter:
+        self._logger.addHandler(self)
+        return self
+
+    def snapshot(self) -> dict[str, int]:
+        return dict(self.counts)
+
+    def uninstall(self) -> None:
+        self._logger.removeHandler(self)
