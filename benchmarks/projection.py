@@ -340,7 +340,10 @@ class ChildReport:
     executions: int
     first_call: float
     last_call: float
+    flushed: float
+    """``Profiler.flush()`` returned: everything recorded is in the local store."""
     closed: float
+    """``Profiler.close()`` returned: the publisher's final flush is done."""
     cpu_s: float
     mismatches: int
     shipped_objects: int
@@ -378,6 +381,8 @@ def arrival_child(
         mismatches = asyncio.run(_drive(SEED, ordinals, concurrency))
         last = time.time()
         publisher = profiler.publisher
+        profiler.flush(timeout=max(60.0, 0.1 * len(ordinals)))
+        flushed = time.time()
         profiler.close(timeout=max(60.0, 0.1 * len(ordinals)))
         closed = time.time()
         problems = [] if publisher is not None else ["the profiler started no publisher"]
@@ -394,7 +399,7 @@ def arrival_child(
         stats = dataclasses.asdict(profiler.stats)
         stats["publish_failures"] = profiler.publish_failures
         conn.send(
-            ("ok", ChildReport(index, len(ordinals), first, last, closed,
+            ("ok", ChildReport(index, len(ordinals), first, last, flushed, closed,
                                time.process_time() - cpu0, len(mismatches), shipped, problems,
                                stats))
         )  # fmt: skip
@@ -576,8 +581,9 @@ def print_arrival(
     for r in sorted(reports.values(), key=lambda r: r.index):
         print(
             f"workload process {r.index}: {r.executions} executions, calls from "
-            f"{r.first_call - first:+.2f} s to {r.last_call - first:.2f} s, profiler closed "
-            f"(final flush returned) at {r.closed - first:.2f} s, CPU {r.cpu_s:.1f} s, "
+            f"{r.first_call - first:+.2f} s to {r.last_call - first:.2f} s, local store "
+            f"published at {r.flushed - first:.2f} s, profiler closed (publisher's final flush "
+            f"returned) at {r.closed - first:.2f} s, CPU {r.cpu_s:.1f} s, "
             f"mismatches {r.mismatches}, final flush {r.shipped_objects} objects"
             + "".join(f"; problem: {p}" for p in r.publish_problems)
         )
