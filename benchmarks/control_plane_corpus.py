@@ -488,6 +488,10 @@ def with_internal(relation: str, rows: pa.Table, scope: Scope, generation: str) 
 
 
 Insert = Callable[[str, pa.Table], None]
+OnBuild = Callable[[int, pa.Table, pa.Table], pa.Table]
+"""``on_build(e0, calls, threads)`` -> the calls rows to insert instead (same schema); run on
+each built chunk before its insert, inside the timed build (``query_workload_corpus.py``
+replaces the value CIDs and writes the chunk's private rows)."""
 
 
 def bulk_load(
@@ -497,12 +501,15 @@ def bulk_load(
     generation: str,
     chunk_rows: int,
     on_chunk: Callable[[pa.Table, float, float], None],
+    on_build: OnBuild | None = None,
 ) -> None:
     """Build and insert ``corpus`` chunk by chunk (calls, then the chunk's threads);
     ``on_chunk(calls, build_s, insert_s)`` after each chunk."""
     for e0, e1 in chunk_bounds(corpus, chunk_rows):
         started = time.perf_counter()
         calls, threads = build_chunk(corpus, e0, e1)
+        if on_build is not None:
+            calls = on_build(e0, calls, threads)
         fact_calls = with_internal("calls_v1", calls, scope, generation)
         fact_threads = with_internal("threads_v1", threads, scope, generation)
         built = time.perf_counter()
@@ -558,10 +565,13 @@ def build_batches(count: int, rows: int, seed: int) -> list[Batch]:
 # ------------------------------------------------------------------------------ worker
 
 
-def worker_load(data_dir: Path, calls: int) -> None:
+def worker_load(
+    data_dir: Path, calls: int, on_build: Callable[[Scope], OnBuild | None] | None = None
+) -> None:
     """Child process: create the control plane under ``data_dir``, provision the three
     tenants (one BYOC deployment each), bulk-load ``calls`` calls into ``tn_a`` and a tenth
-    as many into ``tn_b``, and write :data:`MANIFEST`."""
+    as many into ``tn_b``, and write :data:`MANIFEST`. ``on_build(scope)`` gives the hook
+    :func:`bulk_load` runs on each of that scope's chunks (``None``: none)."""
     from baml_studio.control.model import DeploymentKind
     from baml_studio.control.service import ControlPlane
 
@@ -574,12 +584,14 @@ def worker_load(data_dir: Path, calls: int) -> None:
         ms.create_environment(scope.tenant, scope.project, scope.environment)
         ms.create_deployment(deployment, DeploymentKind.BYOC, "cell-1", tenant_id=scope.tenant)
         ms.assign_environment(deployment, scope)
-    manifest = _load_corpora(config, calls)
+    manifest = _load_corpora(config, calls, on_build)
     control.close()
     (data_dir / MANIFEST).write_text(json.dumps({"calls": calls, **manifest}, indent=1))
 
 
-def _load_corpora(config: ControlConfig, calls: int) -> dict[str, Any]:
+def _load_corpora(
+    config: ControlConfig, calls: int, on_build: Callable[[Scope], OnBuild | None] | None = None
+) -> dict[str, Any]:
     from baml_studio.control.facts.config import FactStoreConfig
     from baml_studio.control.facts.connection import Connector
     from baml_studio.control.facts.tables import INSERT_SETTINGS
@@ -595,7 +607,8 @@ def _load_corpora(config: ControlConfig, calls: int) -> dict[str, Any]:
     for scope, size, seed in ((SCOPE_A, calls, 1), (SCOPE_B, max(1, calls // 10), 2)):
         corpus = plan(size, seed)
         tally.begin(scope.tenant, corpus.calls, checked=scope == SCOPE_A)
-        bulk_load(insert, corpus, scope, GENERATION, LOAD_CHUNK, tally.chunk)
+        hook = on_build(scope) if on_build is not None else None
+        bulk_load(insert, corpus, scope, GENERATION, LOAD_CHUNK, tally.chunk, hook)
         manifest[scope.tenant] = {"calls": corpus.calls, "executions": corpus.executions}
         if scope == SCOPE_A:
             probe = corpus.executions // 2

@@ -24,6 +24,7 @@ from baml_studio.cli_control import serve_control
 from baml_studio.cli_gateway import serve as serve_group
 from baml_studio.cli_gateway import setup as setup_group
 from baml_studio.cli_gateway import tokens as tokens_group
+from baml_studio.cli_jobs import jobs as jobs_group
 from baml_studio.cli_projector import compact_command, projector_command
 from baml_studio.cli_publish import publish as publish_command
 from baml_studio.cli_query import query as query_command
@@ -104,6 +105,7 @@ def demo(store: Path, executions: int, processes: int, seed: int, report: Path |
 
 
 main.add_command(query_command)
+main.add_command(jobs_group)
 main.add_command(publish_command)
 serve_group.add_command(serve_control)
 main.add_command(serve_group)

@@ -83,17 +83,55 @@ def serve() -> None:
     help="Verify publisher tokens with this control plane's public keys and revocation list "
     "(fetched and cached) instead of the local key file DATA/keys/publisher-keys.json.",
 )
+@click.option(
+    "--workload-token",
+    envvar="BAML_WORKLOAD_TOKEN",
+    default=None,
+    help="With --control-plane: the data plane's workload token; also serves the query "
+    "coordinator (POST /v1/query, /v1/query-jobs). Default: $BAML_WORKLOAD_TOKEN.",
+)
+@click.option(
+    "--derived",
+    default=None,
+    help="Root of the Lance datasets the coordinator reads (default: DATA/derived/v1).",
+)
+@click.option(
+    "--studio-origin",
+    "studio_origins",
+    multiple=True,
+    help="Browser origin allowed by CORS (Studio), e.g. https://studio.example.com; repeatable.",
+)
+@click.option(
+    "--cache-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="The coordinator's read cache on local disk (default: DATA/cache; disposable).",
+)
+@click.option("--tls-cert", type=click.Path(path_type=Path, dir_okay=False), help="Server cert.")
+@click.option("--tls-key", type=click.Path(path_type=Path, dir_okay=False), help="Server key.")
 def serve_dataplane(
-    data: Path, host: str, port: int, setup_s3: bool, control_plane: str | None
+    data: Path,
+    host: str,
+    port: int,
+    setup_s3: bool,
+    control_plane: str | None,
+    workload_token: str | None,
+    derived: str | None,
+    studio_origins: tuple[str, ...],
+    cache_dir: Path | None,
+    tls_cert: Path | None,
+    tls_key: Path | None,
 ) -> None:
     """Serve the upload gateway (publisher config, authorize, presigned PUTs) on the embedded
     defaults: a directory bucket and an SQLite projection queue under DATA, or S3 + SQS when
     DATA/dataplane.json configures them (the notification rules are verified at start, or
     installed with --setup-s3). Publisher tokens verify with the local key file, or with the
-    control plane's keys when --control-plane is given.
+    control plane's keys when --control-plane is given. With --control-plane and a workload
+    token, the same process serves the query coordinator (POST /v1/query, the /v1/query-jobs
+    routes) over the control plane's facts and the Lance datasets under --derived.
 
     Example: baml-studio serve dataplane --data ./dataplane --host 127.0.0.1 --port 8787
-    --control-plane https://control.example.com
+    --control-plane https://control.example.com --workload-token "$TOKEN"
     """
     import uvicorn
 
@@ -113,14 +151,41 @@ def serve_dataplane(
     except NotificationSetupError as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_UNAVAILABLE if exc.transient else EXIT_REFUSED) from exc
+    if control_plane is not None and workload_token:
+        _attach_coordinator(dataplane, config, workload_token, derived, studio_origins,
+                            cache_dir or data / "cache")  # fmt: skip
+        click.echo("query coordinator on /v1/query and /v1/query-jobs", err=True)
+    elif workload_token:
+        raise click.UsageError("--workload-token needs --control-plane")
+    if (tls_cert is None) != (tls_key is None):
+        raise click.UsageError("--tls-cert and --tls-key go together")
+    ssl: dict[str, Any] = (
+        {"ssl_certfile": str(tls_cert), "ssl_keyfile": str(tls_key)} if tls_cert else {}
+    )
     if dataplane.notifications is not None and dataplane.notifications.missing:
         missing = ", ".join(dataplane.notifications.missing)
         click.echo(f"warning: bucket notification rules missing: {missing}", err=True)
-    click.echo(f"gateway on http://{host}:{port} (data {data})", err=True)
+    scheme = "https" if ssl else "http"
+    click.echo(f"gateway on {scheme}://{host}:{port} (data {data})", err=True)
     try:
-        uvicorn.run(dataplane.app, host=host, port=port, log_level="info", access_log=False)
+        uvicorn.run(dataplane.app, host=host, port=port, log_level="info", access_log=False, **ssl)
     finally:
         dataplane.close()
+
+
+def _attach_coordinator(
+    dataplane: Any,
+    config: Any,
+    workload_token: str,
+    derived: str | None,
+    origins: tuple[str, ...],
+    cache_dir: Path,
+) -> None:
+    from baml_studio.coordinator.config import CoordinatorConfig
+    from baml_studio.coordinator.wiring import CoordinatorSetup, attach_coordinator
+
+    settings = CoordinatorConfig(cache_dir=cache_dir, studio_origins=origins)
+    attach_coordinator(dataplane, config, CoordinatorSetup(workload_token, derived, settings))
 
 
 @click.group()

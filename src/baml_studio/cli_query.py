@@ -1,13 +1,21 @@
-"""``baml-studio query``: SQL over a local profiles-v1 store (reference facts §5.8).
+"""``baml-studio query``: SQL over a local profiles-v1 store (reference facts §5.8), or over a
+remote coordinator with ``--remote URL`` (``POST /v1/query``; openapi.yaml ``executeQuery``).
 
 Exit codes of this command:
     0  complete
-    1  incomplete (some values were unavailable; see the outcome)
-    2  invalid SQL, unknown table or column
+    1  incomplete (some values were unavailable; see the outcome). Remotely also a stream that
+       broke before its outcome (error ``stream_incomplete``, see
+       :mod:`baml_studio.coordinator.client`)
+    2  invalid SQL, unknown table or column; a usage error; remotely any 400 answer
     3  a budget ran out (--max-rows, --max-wall, …)
     4  cancelled
-    5  internal error or a dependency is missing (for example, no store)
+    5  internal error or a dependency is missing (for example, no store); remotely 401, 403,
+       503, any other HTTP error, or no answer
   130  interrupted (Ctrl-C)
+
+Local and remote results are rendered by one function, :func:`render`, so the three formats have
+one shape; one difference: a remote result announces its columns with its first row, so an empty
+remote result in ``table`` format prints no header line.
 """
 
 from __future__ import annotations
@@ -17,10 +25,16 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TextIO, TypeVar
 
 import click
+from click.core import ParameterSource
+
+if TYPE_CHECKING:
+    from baml_studio.coordinator.client import CoordinatorClient, CoordinatorClientError
+    from baml_studio.coordinator.run import RequestBudget
 
 OUTCOME_EXIT = {
     "complete": 0,
@@ -29,6 +43,35 @@ OUTCOME_EXIT = {
     "cancelled": 4,
 }
 CELL_WIDTH = 60
+CATALOG_VERSION = "v1"
+MIB = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BudgetDefaults:
+    """A remote request's budget where an option is not given."""
+
+    rows: int
+    wall: str
+    """A duration as ``--max-wall`` takes it."""
+    result_bytes: int
+    private_bytes: int
+
+
+REMOTE_DEFAULTS = BudgetDefaults(10_000, "30s", 64 * MIB, 256 * MIB)
+"""``query --remote``: the local engine's row and wall defaults; results up to 64 MiB."""
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class StreamedResult(Protocol):
+    """What :func:`render` reads: a local ``QueryResult`` or a remote ``RemoteResult``."""
+
+    @property
+    def columns(self) -> Sequence[str]: ...
+
+    def __iter__(self) -> Iterator[dict[str, Any]]: ...
+
+    def outcome(self) -> dict[str, Any]: ...
 
 
 def parse_duration(text: str) -> float:
@@ -39,6 +82,19 @@ def parse_duration(text: str) -> float:
     value = float(match.group(1))
     unit = match.group(2) or "s"
     return value / 1000 if unit == "ms" else value * 60 if unit == "m" else value
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "kb": 10**3, "m": MIB, "mib": MIB}
+_SIZE_UNITS |= {"mb": 10**6, "g": 1 << 30, "gib": 1 << 30, "gb": 10**9}
+
+
+def parse_size(text: str) -> int:
+    """``8MiB``, ``64M`` (binary), ``500MB`` (decimal), ``1GiB`` or a bare number of bytes."""
+    match = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", text)
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in _SIZE_UNITS:
+        raise click.BadParameter(f"expected a size like 8MiB, 64M or 1048576, got {text!r}")
+    return int(match.group(1)) * _SIZE_UNITS[unit]
 
 
 def _cell(value: Any) -> str:
@@ -70,6 +126,40 @@ def exit_code(outcome: dict[str, Any]) -> int:
     return OUTCOME_EXIT.get(str(state), 5)
 
 
+def remote_option(required: bool) -> Callable[[F], F]:
+    return click.option(
+        "--remote",
+        metavar="URL",
+        required=required,
+        default=None,
+        help="The coordinator's base URL, e.g. https://data-plane.example.com.",
+    )
+
+
+TOKEN_OPTION = click.option(
+    "--token",
+    envvar="BAML_USER_TOKEN",
+    default=None,
+    help="The user token for --remote (default: $BAML_USER_TOKEN).",
+)
+ENVIRONMENT_OPTION = click.option(
+    "--environment",
+    metavar="ID",
+    default=None,
+    help="With --remote: the environment to query (needed when the token allows several).",
+)
+MAX_BYTES_OPTION = click.option(
+    "--max-bytes",
+    default=None,
+    help="With --remote: result-size budget, e.g. 64MiB (default 64MiB).",
+)
+MAX_PRIVATE_BYTES_OPTION = click.option(
+    "--max-private-bytes",
+    default=None,
+    help="With --remote: private (Lance) bytes the query may read, e.g. 256MiB (default 256MiB).",
+)
+
+
 @click.command("query")
 @click.argument("sql", required=False)
 @click.option(
@@ -93,16 +183,25 @@ def exit_code(outcome: dict[str, Any]) -> int:
     "--max-rows",
     type=click.IntRange(min=0),
     default=None,
-    help="Stop after this many result rows (budget_exhausted).",
+    help="Stop after this many result rows (budget_exhausted). Remote default: 10000.",
 )
-@click.option("--max-wall", default=None, help="Wall-time budget, e.g. 30s or 1500ms.")
+@click.option(
+    "--max-wall", default=None, help="Wall-time budget, e.g. 30s or 1500ms. Remote default: 30s."
+)
+@MAX_BYTES_OPTION
+@MAX_PRIVATE_BYTES_OPTION
 @click.option(
     "--internal",
     is_flag=True,
     envvar="BAML_INTERNAL",
     help="Also expose processes, store_files and value_index.",
 )
+@remote_option(required=False)
+@TOKEN_OPTION
+@ENVIRONMENT_OPTION
+@click.pass_context
 def query(
+    ctx: click.Context,
     sql: str | None,
     store: Path | None,
     fmt: str,
@@ -111,11 +210,19 @@ def query(
     explain: bool,
     max_rows: int | None,
     max_wall: str | None,
+    max_bytes: str | None,
+    max_private_bytes: str | None,
     internal: bool,
+    remote: str | None,
+    token: str | None,
+    environment: str | None,
 ) -> None:
-    """Run one SQL statement over a local store; rows stream, then one outcome.
+    """Run one SQL statement over a local store or a remote coordinator; rows stream, then
+    one outcome.
 
-    SQL is an argument, or `-` to read it from standard input.
+    SQL is an argument, or `-` to read it from standard input. With --remote URL the query runs
+    on the coordinator (POST /v1/query) with --token (or $BAML_USER_TOKEN); formats and exit
+    codes are the same. A remote stream that ends without its outcome is incomplete (exit 1).
 
     \b
     Example:
@@ -123,7 +230,23 @@ def query(
         "SELECT thread_id, status, total_errors FROM threads WHERE parent_thread_id IS NULL LIMIT 5"
       baml-studio query --store demo-store --format jsonl \\
         "SELECT call_id, output FROM calls WHERE args['customer']['age'] >= 30"
+      baml-studio query --remote https://data-plane.example.com --token "$TOKEN" \\
+        --max-wall 10s --max-bytes 8MiB "SELECT call_id, fqn FROM calls_v1 LIMIT 10"
     """
+    _check_options(ctx, remote)
+    if remote is not None:
+        if sql is None:
+            raise click.UsageError("give a SQL statement, or - to read it from standard input")
+        if sql == "-":
+            sql = sys.stdin.read()
+        budget = remote_budget(max_rows, max_wall, max_bytes, max_private_bytes, REMOTE_DEFAULTS)
+        client = connect(remote, token)
+        try:
+            sys.exit(_run_remote(client, sql, fmt, budget, environment))
+        except KeyboardInterrupt:
+            sys.exit(130)
+        finally:
+            client.close()
     from baml_studio.catalog.local import LocalStoreSource
     from baml_studio.query import QueryBudgets, QueryEngine, QueryError
     from baml_studio.store.config import resolve_store_root
@@ -177,7 +300,14 @@ def _dispatch(
 
 def _run(engine: Any, sql: str, fmt: str, internal: bool) -> None:
     result = engine.execute(sql, internal=internal)
-    out = sys.stdout
+    outcome = render(result, fmt)
+    sys.exit(exit_code(outcome))
+
+
+def render(result: StreamedResult, fmt: str, out: TextIO | None = None) -> dict[str, Any]:
+    """Write ``result`` to ``out`` (default: standard output) in ``fmt`` (``table``, ``json``
+    or ``jsonl``); return its outcome. ``table`` writes the outcome to standard error."""
+    out = out if out is not None else sys.stdout
     if fmt == "jsonl":
         for row in result:
             out.write(json.dumps(row, separators=(",", ":"), ensure_ascii=False) + "\n")
@@ -196,4 +326,91 @@ def _run(engine: Any, sql: str, fmt: str, internal: bool) -> None:
             out.write(" | ".join(_cell(row.get(name)) for name in columns) + "\n")
         outcome = result.outcome()
         click.echo(json.dumps({"queryOutcome": outcome}), err=True)
-    sys.exit(exit_code(outcome))
+    return outcome
+
+
+_LOCAL_ONLY = ("store", "show_schema", "table_name", "explain", "internal")
+_REMOTE_ONLY = ("environment", "max_bytes", "max_private_bytes")
+
+
+def _check_options(ctx: click.Context, remote: str | None) -> None:
+    def given(name: str) -> bool:
+        return ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
+
+    if remote is not None and given("store"):
+        raise click.UsageError("--store and --remote are mutually exclusive: choose one")
+    if remote is not None and any(given(name) for name in _LOCAL_ONLY):
+        raise click.UsageError(
+            "--schema, --table, --explain and --internal work on a local store only; "
+            "drop them or --remote (remotely, SELECT * FROM baml_columns lists the catalog)"
+        )
+    if remote is None and any(given(name) for name in _REMOTE_ONLY):
+        raise click.UsageError(
+            "--environment, --max-bytes and --max-private-bytes need --remote URL"
+        )
+
+
+def remote_budget(
+    max_rows: int | None,
+    max_wall: str | None,
+    max_bytes: str | None,
+    max_private_bytes: str | None,
+    defaults: BudgetDefaults,
+) -> RequestBudget:
+    """The request's ``QueryBudget`` from the options, each absent one from ``defaults``."""
+    from baml_studio.coordinator.run import RequestBudget
+
+    rows = defaults.rows if max_rows is None else max_rows
+    wall_ms = round(parse_duration(max_wall or defaults.wall) * 1000)
+    size = defaults.result_bytes if max_bytes is None else parse_size(max_bytes)
+    private = defaults.private_bytes if max_private_bytes is None else parse_size(max_private_bytes)
+    if rows < 1 or wall_ms < 1 or size < 1:
+        raise click.UsageError("--max-rows, --max-wall and --max-bytes must be at least 1")
+    return RequestBudget(wall_ms, rows, size, private)
+
+
+def connect(remote: str, token: str | None) -> CoordinatorClient:
+    """A client of the coordinator at ``remote``, or a usage error naming the fix."""
+    from baml_studio.coordinator.client import CoordinatorClient
+
+    if not token:
+        raise click.UsageError("--remote needs a user token: give --token or set BAML_USER_TOKEN")
+    try:
+        return CoordinatorClient(remote, token)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--remote") from exc
+
+
+def remote_failure(exc: CoordinatorClientError) -> int:
+    """Print ``exc`` on standard error; its exit code: 2 for a 400 (or ``invalid_sql``)
+    answer, else 5."""
+    from baml_studio.coordinator.client import CoordinatorError, CoordinatorUnavailable
+
+    if isinstance(exc, CoordinatorError):
+        click.echo(f"error: {exc.message} ({exc.code})", err=True)
+        return 2 if exc.code == "invalid_sql" or exc.status == 400 else 5
+    if isinstance(exc, CoordinatorUnavailable):
+        click.echo(f"error: the coordinator did not answer: {exc}", err=True)
+        return 5
+    click.echo(f"error: {exc}", err=True)
+    return 5
+
+
+def _run_remote(
+    client: CoordinatorClient,
+    sql: str,
+    fmt: str,
+    budget: RequestBudget,
+    environment: str | None,
+) -> int:
+    from baml_studio.coordinator.client import CoordinatorClientError
+    from baml_studio.coordinator.run import QueryRequest
+
+    request = QueryRequest(sql, (), CATALOG_VERSION, budget, "interactive", environment)
+    try:
+        result = client.query(request)
+    except CoordinatorClientError as exc:
+        return remote_failure(exc)
+    with result:
+        outcome = render(result, fmt)
+    return exit_code(outcome)

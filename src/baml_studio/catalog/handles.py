@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from baml_studio.format.records import ValueAvailable, ValueLossReason, ValueLost, ValueState
 
 LOSS_NOT_CAPTURED = 0xFE
+LOSS_PENDING = 0xFD
+"""Not a loss: the coordinator's handle for a value whose private row is not yet in the bound
+Lance version (``private_state = pending``); counted as the ``pending`` reason."""
 AVAILABLE_TAG = 0x01
 UNAVAILABLE_TAG = 0x00
 
@@ -62,6 +65,8 @@ class Unavailable:
             return "store_unavailable"
         if self.reason == LOSS_NOT_CAPTURED:
             return "not_captured"
+        if self.reason == LOSS_PENDING:
+            return "pending"
         return "lost"
 
 

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
 from baml_studio.gateway.authorize import REQUEST_ID_HEADER, Gateway
@@ -58,8 +58,14 @@ def _headers(request: Request) -> dict[str, str]:
     return {name.lower(): value for name, value in request.headers.items()}
 
 
-def create_app(gateway: Gateway, *, bucket: DirectoryBucket | None = None) -> AsgiApp:
-    """The gateway app; with ``bucket`` it also serves that directory bucket's presigned PUTs."""
+def create_app(
+    gateway: Gateway,
+    *,
+    bucket: DirectoryBucket | None = None,
+    routes: Sequence[BaseRoute] = (),
+) -> AsgiApp:
+    """The gateway app; with ``bucket`` it also serves that directory bucket's presigned PUTs;
+    ``routes`` are served beside the gateway's (the query coordinator's)."""
 
     async def publisher_config(request: Request) -> Response:
         headers = _headers(request)
@@ -102,6 +108,7 @@ def create_app(gateway: Gateway, *, bucket: DirectoryBucket | None = None) -> As
         routes=[
             Route("/v1/publisher/config", publisher_config, methods=["GET"]),
             Route("/v1/uploads/authorize", authorize, methods=["POST"]),
+            *routes,
         ],
         exception_handlers={HTTPException: not_found, Exception: internal},
     )

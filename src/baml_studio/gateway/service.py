@@ -223,7 +223,12 @@ class Dataplane:
     key_set: RemoteKeySet | None = None
     """With ``control_plane_url``: the control plane's keys the publisher tokens verify with."""
 
+    closers: list[Callable[[], None]] = field(default_factory=list)
+    """Parts joined to this process later (the query coordinator), closed first."""
+
     def close(self) -> None:
+        for close in reversed(self.closers):
+            close()
         if self.queue is not None:
             self.queue.close()
         if self.key_set is not None:

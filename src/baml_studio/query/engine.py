@@ -205,6 +205,8 @@ class QueryEngine:
     def _serve(self, fetch: Callable[[], _T], names: list[str]) -> _T:
         try:
             return fetch()
+        except QueryError:
+            raise  # a budget or a cancellation from the source: the query's own outcome
         except (BamlStudioError, OSError) as exc:
             raise DependencyUnavailable(
                 f"the catalog source could not serve {names}: {exc}",

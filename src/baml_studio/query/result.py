@@ -96,6 +96,15 @@ class QueryResult:
         if self._outcome is None and self._iterator is not None:
             self._iterator.close()  # drops the DataFusion stream inside the generator
 
+    def stop(self, error: QueryError) -> None:
+        """End the stream now with ``error`` (a limit the caller enforces, such as result bytes);
+        rows already yielded stay yielded."""
+        if self._outcome is None:
+            if self._iterator is not None:
+                self._iterator.close()
+            if self._outcome is None:
+                self._finish(error)
+
     def query_outcome(self) -> QueryOutcome:
         """The typed outcome (``cancelled`` if the rows were not read to the end)."""
         self.close()

@@ -1,0 +1,110 @@
+"""``$n`` / ``?`` parameters of ``POST /v1/query``, bound as typed literals of the catalog SQL.
+
+The coordinator binds parameters before it plans, so the local engine (which takes no
+parameters) sees one complete statement. A parameter never becomes SQL by interpolation: each
+becomes one sqlglot literal node and the generator quotes it. Types are those of the resident
+API's ``QueryParameter`` (``string``, ``int64``, ``uint64``, ``float64``, ``bool``,
+``timestamp``, ``null``, with their aliases).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
+
+from baml_studio.apierrors import BadRequest
+
+DIALECT = "postgres"
+_STRING = {"string", "utf8", "text"}
+_INT = {"int64", "integer", "int", "uint64"}
+_FLOAT = {"float64", "double", "float"}
+_BOOL = {"bool", "boolean"}
+
+
+def bind(sql: str, parameters: Sequence[tuple[str, Any]]) -> str:
+    """``sql`` with every placeholder replaced by its parameter; 400 for a missing, unused or
+    ill-typed parameter. Without parameters the text is returned unchanged."""
+    if not parameters and "$" not in sql and "?" not in sql:
+        return sql
+    try:
+        tree = sqlglot.parse_one(sql, read=DIALECT)
+    except SqlglotError as exc:
+        if not parameters:
+            return sql  # the gatekeeper reports the syntax error with its own words
+        raise BadRequest(f"the SQL does not parse: {exc}", code="invalid_sql") from exc
+    used: set[int] = set()
+    order = 0
+
+    def replace(node: exp.Expr) -> exp.Expr:
+        nonlocal order
+        if isinstance(node, exp.Placeholder):
+            if node.this is None:  # a bare ?: positional
+                order += 1
+                position = order
+            else:
+                position = _position(str(node.this))
+        elif isinstance(node, exp.Parameter):
+            position = _position(node.name)
+        else:
+            return node
+        if not 1 <= position <= len(parameters):
+            raise BadRequest(
+                f"the SQL uses parameter ${position} but {len(parameters)} were given",
+                code="invalid_parameter",
+            )
+        used.add(position)
+        return literal(position, *parameters[position - 1])
+
+    bound = tree.transform(replace)
+    unused = sorted(set(range(1, len(parameters) + 1)) - used)
+    if unused:
+        raise BadRequest(f"parameters {unused} are not used by the SQL", code="invalid_parameter")
+    return bound.sql(dialect=DIALECT)
+
+
+def _position(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise BadRequest(f"parameter {text!r} is not $1, $2 …", code="invalid_parameter") from None
+
+
+def literal(position: int, kind: str, value: Any) -> exp.Expr:
+    name = kind.lower()
+    if value is None:
+        return exp.Null()
+    if name in _STRING and isinstance(value, str):
+        return exp.Literal.string(value)
+    if name in _INT and isinstance(value, int) and not isinstance(value, bool):
+        if name == "uint64" and value < 0:
+            raise _bad(position, kind, value)
+        return exp.Literal.number(value)
+    if name in _FLOAT and isinstance(value, int | float) and not isinstance(value, bool):
+        if not math.isfinite(float(value)):
+            raise _bad(position, kind, value)
+        return exp.Literal.number(repr(float(value)))
+    if name in _BOOL and isinstance(value, bool):
+        return exp.true() if value else exp.false()
+    if name == "timestamp" and isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise _bad(position, kind, value) from None
+        if moment.tzinfo is not None:
+            moment = moment.astimezone(UTC).replace(tzinfo=None)
+        return exp.cast(exp.Literal.string(moment.isoformat(sep=" ")), "TIMESTAMP")
+    raise _bad(position, kind, value)
+
+
+def _bad(position: int, kind: str, value: Any) -> BadRequest:
+    return BadRequest(
+        f"parameter ${position} of type {kind!r} cannot take {value!r}; types: string, int64, "
+        "uint64, float64, bool, timestamp (ISO-8601 text), null",
+        code="invalid_parameter",
+    )

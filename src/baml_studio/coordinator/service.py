@@ -1,0 +1,123 @@
+"""The query coordinator: ``POST /v1/query`` and background jobs run through :class:`Coordinator`.
+
+:meth:`Coordinator.start` authorises the scope, binds parameters and one snapshot
+(:mod:`.snapshot`) and returns a :class:`Run`. The run then classifies and executes
+(:mod:`.execute`): a public-only query goes to the control plane whole, as one resident
+subquery, and reads no Lance; a private or mixed query is planned by the local engine (the same
+DataFusion engine as ``baml-studio query --store``) over a :class:`~.source.CoordinatorSource`
+that prunes with the query's public predicates and reads Lance only for the candidates.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import pyarrow as pa
+
+from baml_studio.apierrors import BadRequest, DependencyUnavailable
+from baml_studio.control.identity import UserIdentity
+from baml_studio.control.schemas import CATALOG_VERSIONS
+from baml_studio.coordinator.auth import UserTokenAuth
+from baml_studio.coordinator.cache import ReadCache
+from baml_studio.coordinator.config import CoordinatorConfig
+from baml_studio.coordinator.execute import Run
+from baml_studio.coordinator.params import bind
+from baml_studio.coordinator.run import Mode, QueryRequest
+from baml_studio.coordinator.snapshot import BoundSnapshot, SnapshotBinder
+from baml_studio.coordinator.source import SourceStats
+from baml_studio.format.errors import BamlStudioError
+from baml_studio.gateway.config import Scope
+from baml_studio.objectstore.port import ObjectStore
+from baml_studio.projector.control_client import ControlClient
+from baml_studio.projector.errors import ControlPlaneRefused, ControlPlaneUnavailable
+from baml_studio.projector.lance_store import PrivateStore
+from baml_studio.projector.resident_client import ResidentBudget, resident_query
+
+log = logging.getLogger(__name__)
+
+
+class Coordinator:
+    def __init__(
+        self,
+        control: ControlClient,
+        private_store: Callable[[Scope], PrivateStore],
+        *,
+        objects: ObjectStore | None = None,
+        config: CoordinatorConfig | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config or CoordinatorConfig()
+        self.control = control
+        self.private_store = private_store
+        self.objects = objects
+        self.binder = SnapshotBinder(control, private_store)
+        self.cache = (
+            ReadCache(self.config.cache_dir, self.config.cache_bytes)
+            if self.config.cache_dir is not None
+            else ReadCache.disabled()
+        )
+        self.stats = SourceStats()
+        """Totals over every query (instrumentation for tests and operators)."""
+        self.resident_hook: Callable[[str], None] | None = None
+        """Called with the SQL of every resident subquery before it is sent (tests capture)."""
+        self._clock = clock
+        self._lock = threading.Lock()
+
+    def start(
+        self, request: QueryRequest, identity: UserIdentity, *, mode: Mode = "interactive"
+    ) -> Run:
+        """A started run; raises ApiError (400/403/503) for what refuses the query up front."""
+        if request.catalog_version not in CATALOG_VERSIONS:
+            raise BadRequest(
+                f"unknown catalog_version {request.catalog_version!r}; "
+                f"supported: {list(CATALOG_VERSIONS)}",
+                code="unknown_catalog_version",
+            )
+        scope = UserTokenAuth.scope_for(identity, request.environment_id)
+        sql = bind(request.sql, request.parameters)
+        snapshot = self.bind(scope, request.catalog_version)
+        log.info(
+            "query started tenant=%s project=%s environment=%s mode=%s generation=%s lance=%d",
+            scope.tenant, scope.project, scope.environment, mode,
+            snapshot.generation, snapshot.lance_version,
+        )  # fmt: skip
+        return Run(self, snapshot, sql, request, mode)
+
+    def bind(self, scope: Scope, catalog_version: str) -> BoundSnapshot:
+        try:
+            return self.binder.bind(scope, catalog_version)
+        except ControlPlaneRefused as exc:
+            if exc.status in (401, 403):
+                raise DependencyUnavailable(
+                    f"the control plane refused the coordinator's workload token: {exc}",
+                    code="control_plane_refused",
+                ) from exc
+            raise BadRequest(f"the control plane refused the snapshot: {exc}") from exc
+        except (ControlPlaneUnavailable, BamlStudioError, OSError) as exc:
+            raise DependencyUnavailable(
+                f"cannot bind a snapshot: {exc}", code="dependency_unavailable"
+            ) from exc
+
+    def resident(
+        self, snapshot: BoundSnapshot, sql: str, *, max_wall_ms: int, max_rows: int
+    ) -> pa.Table:
+        """One resident subquery under ``snapshot``'s generation (raises the client's errors)."""
+        if self.resident_hook is not None:
+            self.resident_hook(sql)
+        budget = ResidentBudget(
+            max_wall_ms=max(1, min(max_wall_ms, self.config.resident_timeout_ms)),
+            max_result_rows=max_rows,
+        )
+        result = resident_query(
+            self.control,
+            snapshot.scope,
+            sql,
+            generation=snapshot.generation,
+            catalog_version=snapshot.catalog_version,
+            budget=budget,
+        )
+        self.stats.add(resident_queries=1)
+        return result.table

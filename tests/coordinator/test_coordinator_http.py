@@ -1,0 +1,236 @@
+"""``POST /v1/query`` over HTTP: budgets, cancellation, a killed connection, a query too costly
+for interactive use, refusals in the ``ErrorResponse`` shape, CORS, and a background job whose
+result equals the interactive answer."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from coordinator_rig import BUDGET, CoordinatorRig, Served, coordinator_over, serve_coordinator
+from projector_fixtures import SCOPE, workload_store
+
+from baml_studio.control.identity import TokenIssuer
+from baml_studio.coordinator.config import CoordinatorConfig
+
+__all__ = ["workload_store"]
+STUDIO = "https://studio.example.com"
+MANY_ROWS = "SELECT a.call_id, a.args FROM calls a CROSS JOIN calls b"
+
+
+@pytest.fixture(scope="module")
+def served(
+    tmp_path_factory: pytest.TempPathFactory, chdb_dsn: str, workload_store: Path
+) -> Iterator[tuple[CoordinatorRig, Served]]:
+    tmp = tmp_path_factory.mktemp("http")
+    config = CoordinatorConfig(max_interactive_candidates=5_000, cache_dir=tmp / "cache")
+    database = f"t_{uuid.uuid4().hex[:16]}"
+    with (
+        coordinator_over(tmp, chdb_dsn, database, workload_store, config=config) as rig,
+        serve_coordinator(rig, tmp, origins=(STUDIO,)) as http,
+    ):
+        yield rig, http
+
+
+def _body(sql: str, **budget: int) -> dict[str, Any]:
+    return {
+        "sql": sql,
+        "parameters": [],
+        "catalog_version": "v1",
+        "budget": {**BUDGET.to_json(), **budget},
+    }
+
+
+def _post(http: Served, body: Any, token: str | None = None, **headers: str) -> httpx.Response:
+    auth = {"Authorization": f"Bearer {token or http.token}"} if token != "" else {}
+    return httpx.post(f"{http.url}/v1/query", json=body, headers={**auth, **headers}, timeout=60)
+
+
+def _lines(response: httpx.Response) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    lines = [json.loads(line) for line in response.text.splitlines()]
+    return lines[:-1], lines[-1]["queryOutcome"]
+
+
+def test_rows_budget(served: tuple[CoordinatorRig, Served]) -> None:
+    _, http = served
+    for sql in ("SELECT call_id FROM calls ORDER BY call_id", "SELECT call_id, args FROM calls"):
+        rows, outcome = _lines(_post(http, _body(sql, max_result_rows=3)))
+        assert len(rows) == 3
+        assert outcome["resultState"] == "budget_exhausted" and not outcome["queryCompleted"]
+        assert outcome["rowsStreamed"] == 3
+        assert outcome["error"]["code"] == "E_QUERY_BUDGET_EXCEEDED"
+
+
+def test_bytes_budget(served: tuple[CoordinatorRig, Served]) -> None:
+    _, http = served
+    response = _post(
+        http, _body("SELECT call_id FROM calls ORDER BY call_id", max_result_bytes=300)
+    )
+    rows, outcome = _lines(response)
+    assert outcome["resultState"] == "budget_exhausted"
+    sent = sum(len(json.dumps(r, separators=(",", ":"))) + 1 for r in rows)
+    assert 0 < sent <= 300 and outcome["rowsStreamed"] == len(rows)
+
+
+def test_private_bytes_budget(served: tuple[CoordinatorRig, Served]) -> None:
+    _, http = served
+    rows, outcome = _lines(_post(http, _body("SELECT call_id, args FROM calls",
+                                             max_private_bytes_read=10)))  # fmt: skip
+    assert outcome["resultState"] == "budget_exhausted" and rows == []
+    assert "private bytes" in outcome["error"]["message"]
+    rows, outcome = _lines(_post(http, _body("SELECT count(*) AS n FROM calls",
+                                             max_private_bytes_read=0)))  # fmt: skip
+    assert outcome["resultState"] == "complete" and rows[0]["n"] > 0  # public: reads no Lance
+
+
+def test_wall_budget(served: tuple[CoordinatorRig, Served]) -> None:
+    _, http = served
+    _, outcome = _lines(_post(http, _body(MANY_ROWS, max_wall_ms=300, max_result_rows=10**7)))
+    assert outcome["resultState"] == "budget_exhausted"
+    assert "wall" in outcome["error"]["message"]
+
+
+def test_too_costly_for_interactive_points_to_jobs(served: tuple[CoordinatorRig, Served]) -> None:
+    rig, http = served
+    config = rig.coordinator.config
+    rig.coordinator.config = CoordinatorConfig(max_interactive_candidates=10)
+    try:
+        rows, outcome = _lines(_post(http, _body("SELECT call_id, args FROM calls")))
+    finally:
+        rig.coordinator.config = config
+    assert rows == [] and outcome["resultState"] == "failed"
+    assert outcome["error"]["code"] == "query_too_costly"
+    assert "POST /v1/query-jobs" in outcome["error"]["remedy"]
+
+
+def test_cancelling_a_run_ends_it_cancelled(served: tuple[CoordinatorRig, Served]) -> None:
+    from coordinator_rig import identity, request
+
+    rig, _ = served
+    run = rig.coordinator.start(request(MANY_ROWS), identity())
+    lines = run.lines()
+    first = [next(lines) for _ in range(5)]
+    run.cancel()
+    rest = list(lines)
+    outcome = json.loads(rest[-1])["queryOutcome"]
+    assert len(rest) == 1 and len(first) == 5
+    assert outcome["resultState"] == "cancelled" and outcome["rowsStreamed"] == 5
+    assert outcome["error"]["code"] == "cancelled"
+
+
+def test_a_killed_connection_cancels_the_query(served: tuple[CoordinatorRig, Served]) -> None:
+    _, http = served
+    started = len(http.runs)
+    with httpx.Client(timeout=60) as client:
+        headers = {"Authorization": f"Bearer {http.token}"}
+        body = _body(MANY_ROWS, max_result_rows=10**7)
+        with client.stream("POST", f"{http.url}/v1/query", json=body, headers=headers) as r:
+            assert r.status_code == 200
+            first = next(r.iter_lines())
+            assert "call_id" in json.loads(first)
+    run = http.runs[started]
+    deadline = time.monotonic() + 30
+    while run.outcome() is None and time.monotonic() < deadline:
+        time.sleep(0.05)  # the drain thread finishes the run after the disconnect
+    outcome = run.outcome()
+    assert outcome is not None and outcome["resultState"] == "cancelled"
+    assert outcome["rowsStreamed"] < 300 * 300
+
+
+def test_refusals_have_the_error_shape(served: tuple[CoordinatorRig, Served]) -> None:
+    rig, http = served
+    cases = [
+        (_post(http, _body("SELECT 1"), token=""), 401),
+        (_post(http, _body("SELECT 1"), token="not-a-jwt"), 401),
+        (_post(http, {"sql": "SELECT 1"}), 400),
+        (_post(http, {**_body("SELECT 1"), "mode": "background"}), 400),
+        (_post(http, {**_body("SELECT 1"), "environment_id": "other"}), 403),
+        (_post(http, {**_body("SELECT 1"), "catalog_version": "v9"}), 400),
+        (_post(http, {**_body("SELECT $1"), "parameters": [{"type": "int64", "value": "x"}]}), 400),
+    ]
+    control = rig.ingest.control
+    publisher = TokenIssuer(control.keys, control.metastore).issue_publisher(SCOPE).token
+    cases.append((_post(http, _body("SELECT 1"), token=publisher), 403))
+    for response, status in cases:
+        assert response.status_code == status, response.text
+        error = response.json()["error"]
+        assert {"code", "message", "request_id"} <= set(error) or {"code", "message"} <= set(error)
+    assert cases[0][0].headers.get("www-authenticate", "").startswith("Bearer")
+
+
+def test_sql_errors_end_the_stream_with_a_typed_outcome(
+    served: tuple[CoordinatorRig, Served],
+) -> None:
+    _, http = served
+    for sql in ("SELECT nope FROM calls", "DROP TABLE calls", "SELECT * FROM processes"):
+        response = _post(http, _body(sql))
+        assert response.status_code == 200
+        rows, outcome = _lines(response)
+        assert rows == [] and outcome["resultState"] == "failed"
+        assert outcome["error"]["code"] == "invalid_sql"
+
+
+def test_parameters_are_bound_as_literals(served: tuple[CoordinatorRig, Served]) -> None:
+    rig, http = served
+    body = {
+        **_body("SELECT call_id FROM calls WHERE fqn = $1 AND duration_ns >= $2 ORDER BY call_id"),
+        "parameters": [{"type": "string", "value": "ScoreCustomer"}, {"type": "int64", "value": 0}],
+    }
+    rows, outcome = _lines(_post(http, body))
+    want = rig.local(
+        "SELECT call_id FROM calls WHERE fqn = 'ScoreCustomer' AND duration_ns >= 0 "
+        "ORDER BY call_id"
+    ).rows
+    assert rows == want and rows and outcome["resultState"] == "complete"
+
+
+def test_cors_for_the_studio_origin(served: tuple[CoordinatorRig, Served]) -> None:
+    _, http = served
+    preflight = httpx.options(
+        f"{http.url}/v1/query",
+        headers={
+            "Origin": STUDIO,
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization,content-type",
+        },
+    )
+    assert preflight.status_code == 200
+    assert preflight.headers["access-control-allow-origin"] == STUDIO
+    other = httpx.options(
+        f"{http.url}/v1/query",
+        headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"},
+    )
+    assert other.headers.get("access-control-allow-origin") != "https://evil.example"
+    answer = _post(http, _body("SELECT count(*) AS n FROM calls"), Origin=STUDIO)
+    assert answer.headers["access-control-allow-origin"] == STUDIO
+
+
+def test_a_background_job_returns_the_interactive_answer(
+    served: tuple[CoordinatorRig, Served],
+) -> None:
+    _, http = served
+    sql = "SELECT call_id, args['customer']['age'] AS age FROM calls ORDER BY call_id"
+    interactive, _ = _lines(_post(http, _body(sql)))
+    headers = {"Authorization": f"Bearer {http.token}", "Idempotency-Key": "job-1"}
+    created = httpx.post(f"{http.url}/v1/query-jobs", json={**_body(sql), "mode": "background"},
+                         headers=headers)  # fmt: skip
+    assert created.status_code == 202, created.text
+    job = created.json()
+    again = httpx.post(f"{http.url}/v1/query-jobs", json={**_body(sql), "mode": "background"},
+                       headers=headers)  # fmt: skip
+    assert again.json()["job_id"] == job["job_id"]
+    deadline = time.monotonic() + 60
+    while job["state"] in ("queued", "running") and time.monotonic() < deadline:
+        time.sleep(0.05)  # polling the job, as a client does
+        job = httpx.get(f"{http.url}/v1/query-jobs/{job['job_id']}", headers=headers).json()
+    assert job["state"] == "succeeded", job
+    assert job["snapshot"]["lanceVersion"] >= 1
+    result = httpx.get(f"{http.url}/v1/query-jobs/{job['job_id']}/result", headers=headers)
+    rows, outcome = _lines(result)
+    assert rows == interactive and outcome["resultState"] == "complete"

@@ -1,0 +1,189 @@
+"""What the coordinator reads, proved with instrumentation (never timings): a public-only query
+reads no Lance; a private or mixed query reads Lance only for the candidates its public part
+pruned; facts whose Lance commit is held back are ``pending`` until it lands."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from coordinator_rig import CoordinatorRig, coordinator_over
+from lance_probe import ProbedStore
+from projector_fixtures import workload_store
+
+from baml_studio.projector.lance_store import PROJECTED, VALUES
+
+__all__ = ["workload_store"]
+
+PUBLIC = [
+    "SELECT fqn, count(*) AS n FROM calls GROUP BY fqn ORDER BY fqn",
+    "SELECT execution_id, status FROM threads WHERE parent_thread_id IS NULL",
+    "SELECT c.fqn, e.kind FROM calls c JOIN errors e ON e.execution_id = c.execution_id "
+    "AND e.error_id = c.error_id",
+    "SELECT metric, sum(value) AS v FROM health GROUP BY metric",
+    "SELECT fqn, args_state, count(*) AS n FROM calls GROUP BY fqn, args_state",
+]
+
+
+@pytest.fixture(scope="module")
+def probed(
+    tmp_path_factory: pytest.TempPathFactory, chdb_dsn: str, workload_store: Path
+) -> Iterator[tuple[CoordinatorRig, ProbedStore]]:
+    tmp = tmp_path_factory.mktemp("reads")
+    with coordinator_over(tmp, chdb_dsn, f"t_{uuid.uuid4().hex[:16]}", workload_store) as rig:
+        probe = ProbedStore(rig.ingest.private)
+        rig.coordinator.private_store = lambda scope: probe  # type: ignore[assignment,return-value]
+        yield rig, probe
+
+
+@pytest.mark.parametrize("sql", PUBLIC)
+def test_a_public_only_query_reads_no_lance(
+    probed: tuple[CoordinatorRig, ProbedStore], sql: str
+) -> None:
+    rig, probe = probed
+    before = len(probe.scans)
+    answer = rig.remote(sql)
+    assert answer.outcome["resultState"] == "complete" and answer.rows
+    assert answer.run.query_class == "public"
+    assert probe.scans[before:] == []
+    assert answer.run.stats.lance_scans == 0 and answer.run.stats.lance_bytes_read == 0
+    assert answer.run.resident_sql == [answer.run.resident_sql[0]]  # one resident subquery
+
+
+def test_reading_a_calls_values_reads_only_that_execution(
+    probed: tuple[CoordinatorRig, ProbedStore],
+) -> None:
+    rig, probe = probed
+    (one,) = rig.local(
+        "SELECT execution_id FROM threads WHERE parent_thread_id IS NULL "
+        "ORDER BY execution_id LIMIT 1 OFFSET 3"
+    ).rows
+    execution = one["execution_id"]
+    before = len(probe.scans)
+    answer = rig.remote(
+        f"SELECT call_id, args, output FROM calls WHERE execution_id = '{execution}' "
+        "ORDER BY call_id"
+    )
+    assert answer.run.query_class == "private"
+    assert answer.rows and answer.outcome["resultState"] == "complete"
+    scans = probe.scans[before:]
+    relation_scans = [s for s in scans if s.dataset not in (VALUES, PROJECTED)]
+    assert relation_scans and all(s.execution_ids == {execution} for s in relation_scans)
+    assert all(s.version is not None for s in scans)  # every read at the bound version
+    values = [s for s in scans if s.dataset == VALUES]
+    read = sum(s.rows for s in values)
+    cids = {
+        r["args_cid"]
+        for r in rig.local(
+            f"SELECT args_cid FROM calls WHERE execution_id = '{execution}' "
+            "AND args_cid IS NOT NULL UNION SELECT output_cid FROM calls WHERE execution_id = "
+            f"'{execution}' AND output_cid IS NOT NULL"
+        ).rows
+    }
+    assert 0 < read <= len(cids)
+
+
+def test_a_mixed_query_reads_lance_only_within_the_pruned_candidates(
+    probed: tuple[CoordinatorRig, ProbedStore],
+) -> None:
+    rig, probe = probed
+    candidates = {
+        r["execution_id"]
+        for r in rig.local(
+            "SELECT DISTINCT execution_id FROM calls WHERE fqn = 'ScoreCustomer'"
+        ).rows
+    }
+    everything = {
+        r["execution_id"] for r in rig.local("SELECT DISTINCT execution_id FROM calls").rows
+    }
+    assert candidates and candidates < everything
+    before = len(probe.scans)
+    answer = rig.remote(
+        "SELECT call_id, args['customer']['age'] AS age FROM calls "
+        "WHERE fqn = 'ScoreCustomer' AND args['customer']['age'] >= 30 ORDER BY call_id"
+    )
+    assert answer.run.query_class == "mixed" and answer.rows
+    relation_scans = [s for s in probe.scans[before:] if s.dataset == "calls_v1"]
+    read = set().union(*(s.execution_ids for s in relation_scans))
+    assert read and read <= candidates
+    calls_read = sum(s.rows for s in relation_scans)
+    fqn_calls = rig.local(
+        "SELECT count(*) AS n FROM calls WHERE execution_id IN ("
+        + ", ".join(f"'{e}'" for e in sorted(candidates))
+        + ")"
+    ).rows[0]["n"]
+    assert calls_read <= fqn_calls
+    assert any("fqn = 'ScoreCustomer'" in q for q in answer.run.resident_sql)
+
+
+def test_every_lance_read_of_a_query_uses_one_bound_version(
+    probed: tuple[CoordinatorRig, ProbedStore],
+) -> None:
+    rig, probe = probed
+    before = len(probe.scans)
+    answer = rig.remote(
+        "SELECT e.value, c.args FROM errors e JOIN calls c "
+        "ON c.execution_id = e.execution_id AND c.call_id = e.throw_call_id"
+    )
+    bound = answer.run._snapshot.dataset_versions  # reason: the run's bound snapshot
+    for scan in probe.scans[before:]:
+        assert scan.version == bound[scan.dataset]
+    assert answer.outcome["snapshot"]["lanceVersion"] == bound[PROJECTED]
+
+
+class HeldBack:
+    """The worker's private store with its execution writes held (the Lance commit delayed)."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self.held: list[Any] = []
+
+    def write_executions(self, executions: Any) -> None:
+        self.held.append(list(executions))
+
+    def write_execution(self, *args: Any) -> None:
+        self.held.append([args])
+
+    def release(self) -> None:
+        for executions in self.held:
+            self._store.write_executions(executions)
+        self.held.clear()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+def test_facts_without_their_lance_commit_are_pending_then_indexed(
+    tmp_path: Path, chdb_dsn: str, fact_database: str, workload_store: Path
+) -> None:
+    with coordinator_over(tmp_path, chdb_dsn, fact_database, workload_store, project=False) as rig:
+        held = HeldBack(rig.ingest.private)
+        rig.ingest.worker.private_store = lambda scope: held
+        rig.ingest.worker.drain()
+        assert held.held  # facts are in ClickHouse, the private rows are not committed
+        sql = "SELECT execution_id, call_id, args, call_site_line FROM calls ORDER BY call_id"
+        before = rig.remote(sql)
+        local = rig.local(sql).rows
+        assert len(before.rows) == len(local)
+        state = before.outcome["privateState"]
+        assert state == {"indexed": 0, "pending": len(local)}
+        evaluations = before.outcome["valueEvaluations"]
+        assert evaluations["byReason"].get("pending", 0) > 0
+        assert before.outcome["resultState"] == "incomplete"
+        # a value predicate over pending rows is not a non-match: it is counted as pending
+        pred = rig.remote("SELECT count(*) AS n FROM calls WHERE args['customer']['age'] >= 0")
+        assert pred.outcome["valueEvaluations"]["byReason"].get("pending", 0) > 0
+        assert pred.outcome["resultState"] == "incomplete"
+        public = rig.remote("SELECT count(*) AS n FROM calls")
+        assert public.rows == [{"n": len(local)}] and public.outcome["resultState"] == "complete"
+
+        held.release()
+        after = rig.remote(sql)
+        assert after.rows == local
+        assert after.outcome["privateState"] == {"indexed": len(local), "pending": 0}
+        assert (
+            after.outcome["snapshot"]["lanceVersion"] > before.outcome["snapshot"]["lanceVersion"]
+        )
