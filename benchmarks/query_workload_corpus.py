@@ -228,7 +228,7 @@ class Probe:
     execution_id: str = ""
     calls: int = 0
     call_id: str = ""
-    """A call of it with both its arguments and its output available."""
+    """A ``support.*`` call of it with its arguments and output available ("" if none)."""
     errored: int = 0
     outputs: int = 0
 
@@ -310,8 +310,8 @@ class PrivateWriter:
     def _probe(self, execution_id: str, calls: pa.Table) -> None:
         rows = calls.filter(pc.equal(calls["execution_id"], execution_id))
         both = pc.and_(pc.is_valid(rows["args_cid"]), pc.is_valid(rows["output_cid"]))
-        not_root = pc.not_equal(rows["edge_kind"], "root")
-        candidates = rows.filter(pc.and_(both, not_root))
+        support = pc.starts_with(rows["fqn"], "support.")
+        candidates = rows.filter(pc.and_(both, support))
         self.probe = Probe(
             execution_id,
             rows.num_rows,

@@ -168,10 +168,12 @@ def _wrap(exc: sqlite3.Error | OSError, path: Path) -> ApiError:
 
 
 class JobStore:
-    """The jobs file at ``path``, shared by the threads of one coordinator process.
+    """The jobs file at ``path``, shared by the threads of one coordinator process (one process
+    per file: opening it declares every active job's process dead).
 
     ``spool_dir`` (``<path>.spool/`` beside the file) holds result files while a worker writes
-    them; whatever a dead process left there is removed when the store opens.
+    them; whatever a dead process left there is removed when the store opens. ``recovered``
+    lists the jobs the restart rule failed on this open.
     """
 
     def __init__(

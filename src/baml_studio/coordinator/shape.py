@@ -22,7 +22,7 @@ pruned here is re-checked by the engine, and a predicate left out only costs rea
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import sqlglot
@@ -31,6 +31,7 @@ from sqlglot.errors import SqlglotError
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
 from baml_studio.catalog.schema import Relation, View, Visibility
+from baml_studio.coordinator.value_index import ValuePredicate, value_predicate
 from baml_studio.query.names import TableRef, lookup, view_relation
 from baml_studio.query.pushdown import Restriction, needed_relations
 
@@ -49,6 +50,9 @@ class QueryShape:
     private: bool
     views: bool
     """The query reads a catalog view (the resident API knows only relations)."""
+    values: dict[str, tuple[ValuePredicate, ...]] = field(default_factory=dict)
+    """Per relation read once, the value predicates every row it can use satisfies
+    (answered from the value index, :mod:`.value_index`)."""
 
     @property
     def query_class(self) -> QueryClass:
@@ -65,13 +69,15 @@ def query_shape(query: exp.Expr) -> QueryShape:
     columns = _columns(query, needs, viewed)
     filters = _filters(refs, needs)
     private = _reads_private(query, columns)
-    return QueryShape(needs, columns, filters, private, bool(viewed))
+    values = _values(refs)
+    return QueryShape(needs, columns, filters, private, bool(viewed), values)
 
 
 @dataclass(frozen=True, slots=True)
 class _Reference:
     relation: Relation
     predicate: exp.Expr | None
+    values: tuple[ValuePredicate, ...] = ()
 
 
 def _lookups(query: exp.Expr) -> Iterator[TableRef]:
@@ -128,17 +134,19 @@ def _references(query: exp.Expr) -> Iterator[_Reference]:
     except SqlglotError:
         return
     for scope in scopes:
-        for table, predicate in _scope_references(scope):
+        for table, predicate, values in _scope_references(scope):
             ref = lookup(table.name, internal=False)
             if ref is None:
                 continue
             if ref.relation is not None:
-                yield _Reference(ref.relation, predicate)
+                yield _Reference(ref.relation, predicate, values)
             elif ref.view is not None:
                 yield _Reference(view_relation(ref.view), None)
 
 
-def _scope_references(scope: Scope) -> Iterator[tuple[exp.Table, exp.Expr | None]]:
+def _scope_references(
+    scope: Scope,
+) -> Iterator[tuple[exp.Table, exp.Expr | None, tuple[ValuePredicate, ...]]]:
     select = scope.expression
     tables = [
         t
@@ -154,9 +162,40 @@ def _scope_references(scope: Scope) -> Iterator[tuple[exp.Table, exp.Expr | None
     )
     for table in tables:
         if where is None or outer:
-            yield table, None
+            yield table, None, ()
             continue
-        yield table, _table_predicate(scope, table, where.this)
+        yield (
+            table,
+            _table_predicate(scope, table, where.this),
+            _table_values(scope, table, where.this),
+        )
+
+
+def _table_values(
+    scope: Scope, table: exp.Table, condition: exp.Expr
+) -> tuple[ValuePredicate, ...]:
+    ref = lookup(table.name, internal=False)
+    if ref is None or ref.relation is None:
+        return ()
+    single = len(scope.selected_sources) == 1
+
+    def owns(column: exp.Column) -> bool:
+        return column.table == table.alias_or_name if column.table else single
+
+    conjuncts = list(condition.flatten()) if isinstance(condition, exp.And) else [condition]
+    found = (value_predicate(ref.relation.name, c, owns) for c in conjuncts)
+    return tuple(p for p in found if p is not None)
+
+
+def _values(refs: list[_Reference]) -> dict[str, tuple[ValuePredicate, ...]]:
+    by_relation: dict[str, list[_Reference]] = {}
+    for ref in refs:
+        by_relation.setdefault(ref.relation.name, []).append(ref)
+    return {
+        name: found[0].values
+        for name, found in by_relation.items()
+        if len(found) == 1 and found[0].values
+    }
 
 
 def _table_predicate(scope: Scope, table: exp.Table, condition: exp.Expr) -> exp.Expr | None:

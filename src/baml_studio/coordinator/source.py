@@ -36,10 +36,17 @@ from baml_studio.catalog.source import Snapshot, ValueUnavailable
 from baml_studio.coordinator.cache import ReadCache
 from baml_studio.coordinator.shape import QueryShape
 from baml_studio.coordinator.snapshot import BoundSnapshot
+from baml_studio.coordinator.value_index import ValuePredicate, matching_cids
 from baml_studio.format.ids import value_cid_wire
 from baml_studio.objectstore.port import ObjectStore
 from baml_studio.projector.evidence import EvidenceReader
-from baml_studio.projector.lance_store import PROJECTED, VALUES, PrivateStore, sql_literal
+from baml_studio.projector.lance_store import (
+    PROJECTED,
+    VALUE_PATHS,
+    VALUES,
+    PrivateStore,
+    sql_literal,
+)
 from baml_studio.query.errors import BudgetExceeded
 
 ID_CHUNK = 500
@@ -64,6 +71,8 @@ class SourceStats:
     lance_bytes_read: int = 0
     value_lookups: int = 0
     bucket_value_reads: int = 0
+    index_lookups: int = 0
+    index_pruned_rows: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, **counts: int) -> None:
@@ -101,6 +110,8 @@ class CoordinatorSource:
         """Executions with public facts served whose private rows are not in the bound version."""
         self.private_rows_served = 0
         self._values: dict[bytes, bytes] = {}
+        self._matched: dict[ValuePredicate, set[str]] = {}
+        self._marked: dict[str, bool] = {}
         self._lock = threading.Lock()
 
     # --- CatalogSource -------------------------------------------------------------------
@@ -148,13 +159,17 @@ class CoordinatorSource:
             if c.visibility is Visibility.PRIVATE and c.name in columns
         ]
         states = _state_columns(relation, private)
+        predicates = self._shape.values.get(relation.name, ())
+        extra = {p.cid_column for p in predicates} | {p.state_column for p in predicates}
         public = [
             c.name
             for c in relation.columns
             if c.visibility is Visibility.PUBLIC
-            and (c.name in columns or c.name in states.values())
+            and (c.name in columns or c.name in states.values() or c.name in extra)
         ]
         facts = self._public(relation, public, execution_ids)
+        if predicates and facts.num_rows:
+            facts = self._prune_by_values(facts, predicates)
         if private:
             facts = self._with_private(relation, facts, private, states)
         return _pad(facts, relation.schema())
@@ -256,8 +271,52 @@ class CoordinatorSource:
             table = _first_per_key(table, keys)
         return table
 
+    def _prune_by_values(self, facts: pa.Table, predicates: tuple[ValuePredicate, ...]) -> pa.Table:
+        """``facts`` without the rows the value index proves cannot satisfy ``predicates``:
+        an available value of an indexed execution whose CID no predicate's lookup returned.
+        Unavailable and pending values stay, for the engine to count."""
+        executions = facts["execution_id"].to_pylist()
+        indexed = self._indexed(sorted(set(executions)))
+        keep = [True] * facts.num_rows
+        for predicate in predicates:
+            matches = self._matches(predicate)
+            states = facts[predicate.state_column].to_pylist()
+            cids = facts[predicate.cid_column].to_pylist()
+            for i, (state, cid) in enumerate(zip(states, cids, strict=True)):
+                if state == "available" and cid is not None and cid not in matches:
+                    keep[i] = keep[i] and executions[i] not in indexed
+        pruned = facts.filter(pa.array(keep))
+        self.stats.add(index_pruned_rows=facts.num_rows - pruned.num_rows)
+        return pruned
+
+    def _matches(self, predicate: ValuePredicate) -> set[str]:
+        with self._lock:
+            hit = self._matched.get(predicate)
+        if hit is not None:
+            return hit
+        version = self._snapshot.dataset_versions.get(VALUE_PATHS)
+        dataset = self._private.open_dataset(VALUE_PATHS, version=version) if version else None
+        found: set[str] = set()
+        if dataset is not None:
+            self.stats.add(index_lookups=1)
+            found = matching_cids(predicate, lambda cols, where: self._scan(dataset, cols, where))
+        with self._lock:
+            self._matched[predicate] = found
+        return found
+
     def _indexed(self, execution_ids: list[str]) -> set[str]:
         """Those of ``execution_ids`` whose marker is in the bound ``projected_v1``."""
+        with self._lock:
+            known = {e for e in execution_ids if e in self._marked}
+            unknown = [e for e in execution_ids if e not in self._marked]
+        if not unknown:
+            return {e for e in known if self._marked[e]}
+        found = self._read_markers(unknown)
+        with self._lock:
+            self._marked.update({e: e in found for e in unknown})
+            return {e for e in execution_ids if self._marked[e]}
+
+    def _read_markers(self, execution_ids: list[str]) -> set[str]:
         version = self._snapshot.lance_version
         if version == 0 or not execution_ids:
             return set()

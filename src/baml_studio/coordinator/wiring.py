@@ -95,7 +95,7 @@ def attach_coordinator(
     bucket = dataplane.store if isinstance(dataplane.store, DirectoryBucket) else None
     app = create_app(dataplane.gateway, bucket=bucket, routes=routes)
     dataplane.app = with_cors(app, setup.config.studio_origins)
-    dataplane.closers += [control.close, jobs.close]
+    dataplane.closers += [control.close, job_store.close, jobs.close]
     return AttachedCoordinator(coordinator, auth, jobs)
 
 

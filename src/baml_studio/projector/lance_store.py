@@ -73,7 +73,12 @@ from baml_studio.catalog.split import private_schema
 from baml_studio.format.errors import ValueCorrupt
 from baml_studio.format.ids import InvalidWireId, parse_value_cid_wire, value_cid
 from baml_studio.projector.errors import LanceCommitFailed, ProjectorError
-from baml_studio.projector.value_paths import VALUE_PATHS_SCHEMA, leaf_rows, paths_table
+from baml_studio.projector.value_paths import (
+    VALUE_PATHS_SCHEMA,
+    corrupt_row,
+    leaf_rows,
+    paths_table,
+)
 
 VALUES = "values_v1"
 VALUE_PATHS = "value_paths_v1"
@@ -243,8 +248,10 @@ class PrivateStore:
             rows = []
             for cid in new:
                 codec, body, _ = batch[cid]
-                with contextlib.suppress(ValueCorrupt):
+                try:
                     rows.extend(leaf_rows(cid, codec, body))
+                except ValueCorrupt:  # indexed as undecidable, so index lookups keep it
+                    rows.append(corrupt_row(cid))
             if rows:
                 self._commit_locked(VALUE_PATHS, self._append_new_cids(paths_table(rows)))
             values = pa.Table.from_pydict(

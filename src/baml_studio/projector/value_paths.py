@@ -46,7 +46,8 @@ Caps (the whole value always stays in ``values_v1``; these bound only the index)
   and gets one more row: path ``$``, kind ``truncated``, ``num_value`` = the total number of
   leaves (``$`` is free: only a scalar root uses it, and that value has one leaf).
 
-Bodies of other codecs give no rows; a codec-1 body that does not decode raises
+Bodies of other codecs give no rows; :class:`~.lance_store.PrivateStore` writes one row of kind
+``corrupt`` at ``$`` (:func:`corrupt_row`) for a codec-1 body that does not decode, which raises
 :class:`~..format.errors.ValueCorrupt` (its subclass ``ValueTooDeep`` when nested too deeply).
 """
 
@@ -138,6 +139,12 @@ def leaf_rows(
             LeafRow(cid=cid, path="$", kind=TRUNCATED_KIND, str_value=None, num_value=float(total))
         )
     return rows
+
+
+def corrupt_row(cid: str) -> LeafRow:
+    """The one row of a codec-1 body that does not decode: path ``$``, kind ``corrupt`` (an
+    index lookup cannot decide it; the query engine reports it ``corrupt``)."""
+    return {"cid": cid, "path": "$", "kind": "corrupt", "str_value": None, "num_value": None}
 
 
 def paths_table(rows: list[LeafRow]) -> pa.Table:
