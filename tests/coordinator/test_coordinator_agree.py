@@ -158,3 +158,20 @@ def test_local_and_remote_return_the_same_rows(
 def test_the_corpus_is_not_vacuous(projected: tuple[CoordinatorRig, Served]) -> None:
     _, served = projected
     assert not [sql for sql in CORPUS if not _remote(served, sql)[0]]
+
+
+@pytest.mark.parametrize("sql", [CORPUS[0], CORPUS[14], CORPUS[17]])
+def test_the_remote_cli_prints_what_the_local_cli_prints(
+    projected: tuple[CoordinatorRig, Served], sql: str
+) -> None:
+    rig, served = projected
+    for fmt in ("jsonl", "table"):
+        local = CliRunner().invoke(main, ["query", "--store", str(rig.ingest.store_root),
+                                          "--format", fmt, sql])  # fmt: skip
+        remote = CliRunner().invoke(main, ["query", "--remote", served.url, "--token",
+                                           served.token, "--format", fmt, sql])  # fmt: skip
+        assert remote.exit_code == local.exit_code == 0, remote.output
+        if fmt == "table":
+            assert remote.stdout == local.stdout
+        else:  # the outcome line differs only in its snapshot and value counts
+            assert remote.stdout.splitlines()[:-1] == local.stdout.splitlines()[:-1]

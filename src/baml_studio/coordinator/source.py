@@ -47,6 +47,7 @@ from baml_studio.projector.lance_store import (
     PrivateStore,
     sql_literal,
 )
+from baml_studio.query.engine import pad_table
 from baml_studio.query.errors import BudgetExceeded
 
 ID_CHUNK = 500
@@ -172,7 +173,7 @@ class CoordinatorSource:
             facts = self._prune_by_values(facts, predicates)
         if private:
             facts = self._with_private(relation, facts, private, states)
-        return _pad(facts, relation.schema())
+        return pad_table(facts, relation.schema())
 
     def _public(
         self, relation: Relation, columns: list[str], execution_ids: Collection[str] | None
@@ -440,29 +441,3 @@ def _first_per_key(table: pa.Table, keys: list[str]) -> pa.Table:
 def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """The columns of ``schema`` from ``table``, cast to the catalog types."""
     return pa.Table.from_arrays([table[f.name].cast(f.type) for f in schema], schema=schema)
-
-
-def _pad(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """``table`` widened to the relation's schema: columns the query does not read are NULL,
-    or a zero value where the column is not nullable."""
-    columns = []
-    for f in schema:
-        if f.name in table.column_names:
-            columns.append(table[f.name].cast(f.type))
-        elif f.nullable:
-            columns.append(pa.nulls(table.num_rows, f.type))
-        else:
-            columns.append(pa.repeat(pa.scalar(_zero(f.type), f.type), table.num_rows))
-    return pa.Table.from_arrays(columns, schema=schema)
-
-
-def _zero(type_: pa.DataType) -> object:
-    if pa.types.is_string(type_) or pa.types.is_large_string(type_):
-        return ""
-    if pa.types.is_boolean(type_):
-        return False
-    if pa.types.is_list(type_):
-        return []
-    if pa.types.is_binary(type_) or pa.types.is_large_binary(type_):
-        return b""
-    return 0

@@ -285,6 +285,21 @@ class PrivateStore:
                 out[cid] = (codec, body)
         return out
 
+    def delete_values(self, cids: Iterable[str]) -> int:
+        """Delete the ``values_v1`` rows of ``cids`` (wire CIDs), then their ``value_paths_v1``
+        rows (erasure); the number of values that were present. ``values_v1`` goes first: it
+        is what ingest reads to decide a cid is stored, so a crash in between leaves path rows
+        without a value (a repeated call removes them), never a value without its paths (which
+        ingest would not repair). A dataset holding none of the cids gets no new version."""
+        wanted = set(cids)
+        present = self._present(self._open(VALUES), "cid", wanted)
+        for chunk in _chunks(present):
+            self._commit(VALUES, _delete(_in_filter("cid", chunk)))
+        with_paths = self._present(self._open(VALUE_PATHS), "cid", wanted)
+        for chunk in _chunks(with_paths):
+            self._commit(VALUE_PATHS, _delete(_in_filter("cid", chunk)))
+        return len(present)
+
     # --- executions -----------------------------------------------------------------------
 
     def write_execution(

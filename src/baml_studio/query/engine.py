@@ -190,7 +190,7 @@ class QueryEngine:
                 # index columns of root rows only: served from the meta plane, no data file
                 ids = None if restriction is None else sorted(restriction)
                 fetch = functools.partial(shortcut, ids, sorted(roots_only))
-                data[name] = _pad(self._serve(fetch, [name]), THREADS.schema())
+                data[name] = pad_table(self._serve(fetch, [name]), THREADS.schema())
                 continue
             groups.setdefault(restriction, []).append(name)
         for restriction, names in groups.items():
@@ -231,23 +231,25 @@ class QueryEngine:
             resolver.evaluations.count_unavailable(reason)
 
 
-def _pad(table: pa.Table, schema: pa.Schema) -> pa.Table:
+def pad_table(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """``table`` widened to ``schema``: columns the query does not read are filled with NULL,
-    or with a zero value where the column is not nullable."""
+    or with a zero value where the column is not nullable; present columns are cast."""
     columns = []
     for field in schema:
         if field.name in table.column_names:
-            columns.append(table[field.name])
+            columns.append(table[field.name].cast(field.type))
         elif field.nullable:
             columns.append(pa.nulls(table.num_rows, field.type))
         else:
-            columns.append(pa.repeat(pa.scalar(_zero(field.type), field.type), table.num_rows))
+            columns.append(pa.array([_zero(field.type)] * table.num_rows, field.type))
     return pa.Table.from_arrays(columns, schema=schema)
 
 
 def _zero(type_: pa.DataType) -> object:
-    if pa.types.is_string(type_):
+    if pa.types.is_string(type_) or pa.types.is_large_string(type_):
         return ""
+    if pa.types.is_binary(type_) or pa.types.is_large_binary(type_):
+        return b""
     if pa.types.is_boolean(type_):
         return False
     if pa.types.is_list(type_):
