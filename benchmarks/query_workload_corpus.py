@@ -25,13 +25,16 @@ chunk's private ``calls_v1`` rows to Lance in one write, in :func:`relation_sche
 projector's row ids (``<execution>.calls_v1.0:<position>``, the batch id the public loader
 uses) and value handles ``0x01 ‖ codec ‖ cid`` (``lost:*`` → ``0x00 ‖ reason``,
 ``not_captured`` → ``0x00 0xFE``, ``not_applicable`` → NULL). Call sites are per function
-(file) with random lines. Then ``values_v1`` (every pool body, ``cid`` BTREE) and, last, one
-``projected_v1`` marker per execution, and the scalar indexes ``PrivateStore.compact`` builds
-(:data:`~baml_studio.projector.lance_store.INDEXES`), with the same index names.
+(file) with random lines. Then ``value_paths_v1`` (every pool body's leaf rows, from the
+projector's pure ``value_paths.leaf_rows``) and ``values_v1`` (every pool body), one write each,
+and, last, one ``projected_v1`` marker per execution; then the scalar indexes
+``PrivateStore.compact`` builds (:data:`~baml_studio.projector.lance_store.INDEXES`: BTREE on
+ids, cids and paths, NGRAM on ``str_value``), with the same index names. The datasets are not
+compacted (one fragment per 500,000-call chunk).
 
-Not written: ``value_paths_v1`` (the coordinator does not read it) and the private datasets of
-``threads_v1``, ``errors_v1``, ``call_path_stats_v1`` and ``function_definitions_v1`` (no
-workload query reads their private columns; a query that did would see them as pending).
+Not written: the private datasets of ``threads_v1``, ``errors_v1``, ``call_path_stats_v1`` and
+``function_definitions_v1`` (no workload query reads their private columns; a query that did
+would see those columns as pending).
 """
 
 from __future__ import annotations
@@ -62,10 +65,12 @@ from baml_studio.projector.lance_store import (
     INDEXES,
     PROJECTED,
     PROJECTED_SCHEMA,
+    VALUE_PATHS,
     VALUES,
     VALUES_SCHEMA,
     relation_schema,
 )
+from baml_studio.projector.value_paths import leaf_rows, paths_table
 
 MODULES = ("invoices", "support", "search", "agents", "billing")
 ARGS_PER_MODULE = 40_000
@@ -205,6 +210,33 @@ def build_pool(calls: int, seed: int = VALUE_SEED) -> ValuePool:
     )
 
 
+def value_paths_table(pool: ValuePool) -> pa.Table:
+    """The ``value_paths_v1`` rows of every pool body (the projector's ``leaf_rows``)."""
+    wires = pool.wires.to_pylist()
+    rows = [
+        row for cid, body in zip(wires, pool.bodies, strict=True) for row in leaf_rows(cid, 1, body)
+    ]
+    return paths_table(rows)
+
+
+def write_values(root: Path, pool: ValuePool) -> int:
+    """``value_paths_v1`` then ``values_v1`` (the projector's order), each in one write, and
+    their scalar indexes; the number of path rows."""
+    paths = value_paths_table(pool)
+    lance.write_dataset(paths, str(root / VALUE_PATHS), mode="create")
+    lance.write_dataset(values_table(pool), str(root / VALUES), mode="create")
+    build_indexes(root, (VALUE_PATHS, VALUES))
+    return paths.num_rows
+
+
+def build_indexes(root: Path, names: tuple[str, ...]) -> None:
+    """The scalar indexes ``PrivateStore.compact`` builds for ``names``, with its index names."""
+    for name in names:
+        ds = lance.dataset(str(root / name))
+        for column, kind in INDEXES[name]:
+            ds.create_scalar_index(column, kind, name=f"{column}_{kind.lower()}")
+
+
 def values_table(pool: ValuePool) -> pa.Table:
     n = len(pool.bodies)
     return pa.Table.from_arrays(
@@ -321,9 +353,11 @@ class PrivateWriter:
         )
 
     def finish(self) -> dict[str, Any]:
-        """``values_v1``, the markers (last), the scalar indexes; the load's figures."""
+        """``value_paths_v1`` and ``values_v1``, the markers (last), the relation's and the
+        markers' scalar indexes; the load's figures."""
         started = time.perf_counter()
-        lance.write_dataset(values_table(self.pool), str(self.root / VALUES), mode="create")
+        path_rows = write_values(self.root, self.pool)
+        values_s = time.perf_counter() - started
         markers = pa.concat_tables(self.markers)
         stamp = datetime(2026, 11, 30, tzinfo=UTC)
         marker = pa.Table.from_arrays(
@@ -337,16 +371,16 @@ class PrivateWriter:
         )
         lance.write_dataset(marker, str(self.root / PROJECTED), mode="create")
         written = time.perf_counter()
-        for name in (CALLS, VALUES, PROJECTED):
-            ds = lance.dataset(str(self.root / name))
-            for column, kind in INDEXES[name]:
-                ds.create_scalar_index(column, kind, name=f"{column}_{kind.lower()}")
+        build_indexes(self.root, (CALLS, PROJECTED))
         indexed = time.perf_counter()
         return {
             "private_rows": self.rows,
-            "private_write_s": self.seconds + written - started,
+            "private_write_s": self.seconds,
+            "values_s": values_s,
+            "markers_s": written - started - values_s,
             "index_s": indexed - written,
             "values": len(self.pool.bodies),
+            "value_path_rows": path_rows,
             "value_bytes": sum(len(b) for b in self.pool.bodies),
             "markers": marker.num_rows,
             "lance_bytes": sum(f.stat().st_size for f in self.root.rglob("*") if f.is_file()),

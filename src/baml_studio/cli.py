@@ -21,6 +21,7 @@ import click
 
 from baml_studio.cli_admin import admin_group
 from baml_studio.cli_control import serve_control
+from baml_studio.cli_erase import erase_command
 from baml_studio.cli_gateway import serve as serve_group
 from baml_studio.cli_gateway import setup as setup_group
 from baml_studio.cli_gateway import tokens as tokens_group
@@ -116,6 +117,7 @@ main.add_command(projector_command)
 main.add_command(compact_command)
 main.add_command(replay_command)
 main.add_command(sweep_command)
+main.add_command(erase_command)
 
 
 @main.group()

@@ -18,6 +18,7 @@ s3-notifications`` sets that policy (replacing any other policy on the queue); w
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -165,6 +166,8 @@ def serve_dataplane(
     if dataplane.notifications is not None and dataplane.notifications.missing:
         missing = ", ".join(dataplane.notifications.missing)
         click.echo(f"warning: bucket notification rules missing: {missing}", err=True)
+    # the SQL parser under DataFusion traces statements (literals included) at DEBUG
+    logging.getLogger("sqlparser").setLevel(logging.WARNING)
     scheme = "https" if ssl else "http"
     click.echo(f"gateway on {scheme}://{host}:{port} (data {data})", err=True)
     try:

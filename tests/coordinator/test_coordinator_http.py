@@ -234,3 +234,39 @@ def test_a_background_job_returns_the_interactive_answer(
     result = httpx.get(f"{http.url}/v1/query-jobs/{job['job_id']}/result", headers=headers)
     rows, outcome = _lines(result)
     assert rows == interactive and outcome["resultState"] == "complete"
+
+
+def test_logs_carry_ids_and_states_never_sql_literals(
+    served: tuple[CoordinatorRig, Served], caplog: pytest.LogCaptureFixture
+) -> None:
+    _, http = served
+    secret = "Zq9-private-literal"
+    caplog.set_level("INFO")  # what the services run at (DataFusion's parser traces at DEBUG)
+    for sql in (
+        f"SELECT call_id FROM calls WHERE args['customer']['name'] = '{secret}'",
+        f"SELECT count(*) AS n FROM calls WHERE fqn = '{secret}'",
+        f"SELECT nope FROM calls WHERE output LIKE '%{secret}%'",
+    ):
+        _post(http, _body(sql))
+    text = "\n".join(record.getMessage() for record in caplog.records)
+    assert "query ended" in text and "state=" in text
+    assert secret not in text
+
+
+def test_losing_the_read_cache_changes_nothing_but_latency(
+    served: tuple[CoordinatorRig, Served],
+) -> None:
+    rig, http = served
+    sql = "SELECT call_id, args, output FROM calls ORDER BY call_id LIMIT 40"
+    first, _ = _lines(_post(http, _body(sql)))
+    cache = rig.coordinator.cache
+    assert cache.stats.entries > 0
+    hits = cache.stats.hits
+    second, _ = _lines(_post(http, _body(sql)))
+    assert cache.stats.hits > hits  # served from the cache
+    cache.clear()
+    import shutil
+
+    shutil.rmtree(rig.coordinator.config.cache_dir or "", ignore_errors=True)
+    third, outcome = _lines(_post(http, _body(sql)))
+    assert first == second == third and outcome["resultState"] == "complete"

@@ -124,7 +124,7 @@ def test_ingest_rejects_a_cid_that_does_not_match_its_body(store: PrivateStore) 
     assert store.open_dataset(VALUES) is None  # nothing of the bad batch was written
 
 
-def test_undecodable_and_other_codec_bodies_are_stored_without_paths(
+def test_undecodable_bodies_get_a_corrupt_marker_and_other_codecs_no_paths(
     store: PrivateStore,
 ) -> None:
     corrupt = raw_entry(b"\x1a\x05ab", CODEC_VALUE)
@@ -132,8 +132,10 @@ def test_undecodable_and_other_codec_bodies_are_stored_without_paths(
     fine = entry({"k": "v"})
     assert store.ingest_values([corrupt, table_body, fine]) == 3
     assert store.missing_values([corrupt[0], table_body[0], fine[0]]) == set()
-    assert table(store, VALUE_PATHS).to_pylist() == [
-        {"cid": fine[0], "path": "$.k", "kind": "string", "str_value": "v", "num_value": None}
+    rows = sorted(table(store, VALUE_PATHS).to_pylist(), key=lambda r: r["cid"] != fine[0])
+    assert rows == [
+        {"cid": fine[0], "path": "$.k", "kind": "string", "str_value": "v", "num_value": None},
+        {"cid": corrupt[0], "path": "$", "kind": "corrupt", "str_value": None, "num_value": None},
     ]
 
 

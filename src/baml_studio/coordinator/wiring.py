@@ -7,7 +7,8 @@ the projector's Lance root, the :class:`~.service.Coordinator`, user-token verif
 (:class:`~.auth.UserTokenAuth`: the control plane's key set the gateway already fetched, or the
 local ring), the job manager (``DIR/coordinator/jobs.sqlite``, results in the bucket under
 ``tmp/query-results/``), and replaces the dataplane's app with one that also serves
-``POST /v1/query`` and the four job routes, wrapped in CORS for the Studio origins.
+``POST /v1/query``, the four job routes and the two erasure routes (``DIR/erasures/``, see
+docs/erasure.md), wrapped in CORS for the Studio origins.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from baml_studio.coordinator.jobs import JobManager
 from baml_studio.coordinator.jobs_store import JobStore
 from baml_studio.coordinator.run import QueryRequest, QueryRun
 from baml_studio.coordinator.service import Coordinator
+from baml_studio.erasure.app import erasure_routes
+from baml_studio.erasure.manager import ErasureManager
 from baml_studio.gateway.app import create_app
 from baml_studio.gateway.config import Scope
 from baml_studio.gateway.service import Dataplane, DataplaneConfig
@@ -88,9 +91,14 @@ def attach_coordinator(
     def authenticate(headers: Mapping[str, str]) -> UserIdentity:
         return auth.authenticate(headers)
 
+    erasures = ErasureManager.open(
+        config.data_dir / "erasures", dataplane.store, control, stores.get,
+        on_values_erased=lambda scope: coordinator.cache.clear(),
+    )  # fmt: skip
     routes = [
         *query_routes(coordinator.start, authenticate),
         *job_routes(jobs, authenticate_request),
+        *erasure_routes(erasures, authenticate_request),
     ]
     bucket = dataplane.store if isinstance(dataplane.store, DirectoryBucket) else None
     app = create_app(dataplane.gateway, bucket=bucket, routes=routes)

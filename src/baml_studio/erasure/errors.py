@@ -7,7 +7,8 @@ HTTP refusals are :class:`~baml_studio.apierrors.ApiError`\\ s (one ``ErrorRespo
     │                               too_many_selector_items, unknown_stream, unknown_execution,
     │                               missing_idempotency_key, invalid_idempotency_key,
     │                               invalid_environment_header
-    ├── Forbidden               403 permission_denied, scope_mismatch (coordinator/auth.py)
+    ├── Forbidden               403 permission_denied, scope_mismatch (coordinator/auth.py),
+    │                               scope_not_served
     ├── NotFound                404 erasure_not_found (also another scope's erasure)
     ├── Conflict                409 idempotency_key_reused
     ├── ErasureStoreError       500 erasure_store_error: a file this version cannot read

@@ -9,8 +9,10 @@ stream object (:mod:`.refs`), then decides:
   versioned bucket while older versions remain; a resumed step deletes the planned keys again,
   with all their versions.
 * ``root_ids``: the root ids of the erased streams' ``RootStarted``/``RootEnded`` records, plus
-  the ids the facts and ``projected_v1`` know for these streams (``extra_roots``), so executions
-  whose meta object is damaged are erased too.
+  the ids the facts and ``projected_v1`` know for these streams and those earlier erasures of
+  them planned (``extra_roots``), so executions whose meta object is damaged or already deleted
+  are erased too. Earlier plans also contribute their doomed CIDs as candidates: an erasure
+  that failed after step 1 is finished by a new one that can no longer read the evidence.
 * The reference count over the **remaining streams** (every stream of the scope but the erased
   ones, projected or not — the bucket is the authority): with ``V_e``/``T_e`` the value and
   function-table CIDs the erased streams reference and ``V_r``/``T_r`` those the remaining
@@ -84,16 +86,20 @@ def build_plan(
     quarantine_keys: Iterable[str] = (),
     stream_other_keys: Iterable[str] = (),
     extra_roots: Set[str] = frozenset(),
+    extra_values: Set[bytes] = frozenset(),
+    extra_tables: Set[bytes] = frozenset(),
 ) -> ErasurePlan:
-    """The plan for erasing ``streams`` given one ``listing`` of the scope (module doc)."""
+    """The plan for erasing ``streams`` given one ``listing`` of the scope (module doc).
+    ``extra_*`` join what the erased streams' evidence says (root ids from the facts and Lance,
+    and what earlier erasures of these streams planned: their evidence may be gone)."""
     erased = sorted(set(streams))
     gone = set(erased)
     erased_objects = [o for e in erased for o in listing.streams.get(e, [])]
     remaining = {e: objs for e, objs in listing.streams.items() if e not in gone}
 
     roots: set[str] = set(extra_roots)
-    values_e: set[bytes] = set()
-    tables_e: set[bytes] = set()
+    values_e: set[bytes] = set(extra_values)
+    tables_e: set[bytes] = set(extra_tables)
     for obj in erased_objects:
         refs = reader.refs(obj)
         if refs is None:

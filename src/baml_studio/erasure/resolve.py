@@ -4,24 +4,28 @@ Every read is a resident query of ``threads_v1`` at the scope's active generatio
 ``process_id`` column is the stream's euid, 32 hex), paged by key or run over chunks of at most
 :data:`IN_CHUNK` parameters:
 
-* ``process_euids``: each euid must be a stream of this scope: it has facts, or objects under
-  ``evidence/v1/<scope>/streams/<euid>/``. Any other (another tenant's stream, a typo, a stream
-  erased earlier) is refused with 400 ``unknown_stream`` and nothing is created.
+* ``process_euids``: each euid must be a stream of this scope: it has facts, objects under
+  ``evidence/v1/<scope>/streams/<euid>/``, or an earlier erasure of this scope resolved to it
+  (``known``: so an erasure that failed part-way can be requested again). Any other (another
+  tenant's stream, a typo) is refused with 400 ``unknown_stream`` and nothing is created.
 * ``execution_ids``: the ``process_id`` of each id's facts. An id without facts (not projected
   yet) still resolves when it is a thread wire id whose euid has objects in this scope's bucket
-  (the euid is part of every thread id); any other is refused with 400 ``unknown_execution``.
+  or is ``known`` (the euid is part of every thread id); any other is refused with 400
+  ``unknown_execution``.
 * ``time_range``: every stream with a root thread whose ``started_at`` or ``ended_at`` lies in
   ``[start, end)``. Executions not yet projected are not seen (the facts are the index).
 
-Failures of the control plane become 503 (``control_plane_unavailable`` or, for a refusal of the
-data plane's own request or token, ``control_plane_refused``).
+Failures of the control plane become 503 (``control_plane_unavailable``, or
+``control_plane_refused`` for a refusal of the data plane's own request), except a 403 for the
+scope: the data plane's workload token does not serve the user's environment, which is 403
+``scope_not_served``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from baml_studio.apierrors import BadRequest, DependencyUnavailable
+from baml_studio.apierrors import BadRequest, DependencyUnavailable, Forbidden
 from baml_studio.erasure.selector import Selector, rfc3339
 from baml_studio.format.ids import InvalidWireId, ThreadRef
 from baml_studio.gateway.config import Scope
@@ -41,9 +45,15 @@ _SHOWN = 10
 class Resolver:
     """Resolves selectors of any scope with the data plane's control client and bucket."""
 
-    def __init__(self, control: ControlClient, objects: ObjectStore) -> None:
+    def __init__(
+        self,
+        control: ControlClient,
+        objects: ObjectStore,
+        known: Callable[[Scope], set[str]] | None = None,
+    ) -> None:
         self._control = control
         self._objects = objects
+        self._known = known or (lambda scope: set())
 
     def resolve(self, scope: Scope, selector: Selector) -> tuple[str, ...]:
         """The sorted euids ``selector`` erases in ``scope`` (400/503 as the module doc says)."""
@@ -59,6 +69,13 @@ class Resolver:
                 code="control_plane_unavailable",
             ) from exc
         except ControlPlaneRefused as exc:
+            if exc.status == 403:
+                raise Forbidden(
+                    f"this data plane does not serve {_show(scope)}: the control plane refused "
+                    f"its workload token for that scope ({exc}); erase through the data plane "
+                    "that holds the scope's evidence",
+                    code="scope_not_served",
+                ) from exc
             raise DependencyUnavailable(
                 f"the control plane refused the data plane's resident query: {exc}",
                 code="control_plane_refused",
@@ -88,6 +105,7 @@ class Resolver:
                 f"WHERE process_id IN ({_marks(1, len(chunk))})"
             )
             known.update(str(r[0]) for r in self._rows(scope, generation, sql, chunk))
+        known |= self._known(scope)
         unknown = [e for e in euids if e not in known and not self._has_objects(scope, e)]
         if unknown:
             raise BadRequest(
@@ -108,11 +126,12 @@ class Resolver:
             )
             found.update((str(r[0]), str(r[1])) for r in self._rows(scope, generation, sql, chunk))
         unknown: list[str] = []
+        erased = self._known(scope)
         for execution_id in ids:
             if execution_id in found:
                 continue
             euid = _euid_of(execution_id)
-            if euid is not None and self._has_objects(scope, euid):
+            if euid is not None and (euid in erased or self._has_objects(scope, euid)):
                 found[execution_id] = euid
             else:
                 unknown.append(execution_id)

@@ -5,7 +5,7 @@ finds it done (the order and its reasons are in docs/erasure.md)::
     rehome          entries of the erased streams' packs that are not doomed → cas/values/
     delete_objects  contract step 1: the streams' objects (all versions), rewritten remaining
                     packs, doomed large values and function tables
-    erase_facts     contract step 2: POST /projection-erasures, every root id, the generation
+    erase_facts     contract step 2: POST /projection-erasures, every root id, each generation
     erase_lance     contract step 3: a Lance version without their rows, then doomed values
     verify          after ``settle_s``: facts or Lance rows of the streams that a projector wrote
                     while the steps ran are erased again
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ log = logging.getLogger(__name__)
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _IN_CHUNK = 1000
+_GENERATION = re.compile(r"gen_([1-9][0-9]{0,17})")
 
 
 @dataclass
@@ -71,8 +73,11 @@ class StepContext:
         )
 
 
-def plan(ctx: StepContext, streams: Sequence[str]) -> ErasurePlan:
-    """Read the scope and decide everything (:mod:`.plan`)."""
+def plan(
+    ctx: StepContext, streams: Sequence[str], earlier: Sequence[ErasurePlan] = ()
+) -> ErasurePlan:
+    """Read the scope and decide everything (:mod:`.plan`); ``earlier`` are the plans of
+    earlier erasures of these streams (one that failed part-way left its decisions there)."""
     prefix = evidence_prefix(ctx.scope)
     listing = list_streams(ctx.objects, ctx.scope)
     quarantine = [
@@ -87,11 +92,14 @@ def plan(ctx: StepContext, streams: Sequence[str]) -> ErasurePlan:
         if key.startswith(f"{prefix}streams/{euid}/")
     ]
     extra = ctx.resolver.fact_roots(ctx.scope, streams) | lance_roots(ctx.private, streams)
+    extra |= {root for p in earlier for root in p.root_ids}
     reader = ctx.reader()
     try:
         result = build_plan(
             streams, listing, reader, quarantine_keys=quarantine, stream_other_keys=other,
             extra_roots=extra,
+            extra_values={bytes.fromhex(c) for p in earlier for c in p.doomed_values},
+            extra_tables={bytes.fromhex(c) for p in earlier for c in p.doomed_tables},
         )  # fmt: skip
     finally:
         reader.close()
@@ -155,13 +163,25 @@ def delete_objects(ctx: StepContext, plan: ErasurePlan) -> int:
     return deleted
 
 
-def erase_facts(ctx: StepContext, root_ids: Sequence[str]) -> str:
-    """Contract step 2 at the active generation; the generation."""
-    generation: str = ctx.control.snapshot(ctx.scope)["generation"]
+def erase_facts(ctx: StepContext, root_ids: Sequence[str]) -> tuple[str, ...]:
+    """Contract step 2, in the active generation and every earlier one; the generations."""
+    active: str = ctx.control.snapshot(ctx.scope)["generation"]
+    done = generations_through(active)
     if root_ids:
-        key = f"{ctx.erasure_id}.{generation}"
-        ctx.control.erase_roots(ctx.scope, generation, list(root_ids), key)
-    return generation
+        for generation in done:
+            key = f"{ctx.erasure_id}.{generation}"
+            ctx.control.erase_roots(ctx.scope, generation, list(root_ids), key)
+    return done
+
+
+def generations_through(active: str) -> tuple[str, ...]:
+    """``gen_1 … gen_<n>`` for the control plane's ``gen_<n>`` naming (facts of an earlier
+    generation stay in ClickHouse after a rebuild, and the API lists no generations), else just
+    ``active``."""
+    match = _GENERATION.fullmatch(active)
+    if match is None:
+        return (active,)
+    return tuple(f"gen_{n}" for n in range(1, int(match.group(1)) + 1))
 
 
 def erase_lance(ctx: StepContext, root_ids: Sequence[str], doomed_values: Iterable[str]) -> int:

@@ -17,7 +17,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -234,6 +234,29 @@ class ErasureStore:
             (),
         )
         return [_record(row) for row in rows]
+
+    def erased_streams(self, scope: Scope) -> set[str]:
+        """Every stream an erasure of ``scope`` resolved to, in any state."""
+        _, rows = self._execute(
+            "SELECT streams FROM erasures WHERE tenant = ? AND project = ? AND environment = ?",
+            (scope.tenant, scope.project, scope.environment),
+        )
+        return {euid for row in rows for euid in json.loads(row[0])}
+
+    def earlier_plans(self, scope: Scope, streams: Iterable[str]) -> list[dict[str, Any]]:
+        """The plans of earlier erasures of ``scope`` that erased any of ``streams`` (their
+        evidence may be gone now, so their root ids and doomed CIDs are all that is left)."""
+        wanted = set(streams)
+        _, rows = self._execute(
+            "SELECT streams, plan FROM erasures WHERE tenant = ? AND project = ? "
+            "AND environment = ? AND plan IS NOT NULL ORDER BY created_at",
+            (scope.tenant, scope.project, scope.environment),
+        )
+        return [
+            json.loads(plan)
+            for streams_json, plan in rows
+            if wanted & set(json.loads(streams_json))
+        ]
 
     # --- writes --------------------------------------------------------------------------------
 

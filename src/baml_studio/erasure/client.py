@@ -1,0 +1,50 @@
+"""The erasure calls of a coordinator client (openapi.yaml ``createErasure``, ``getErasure``).
+
+:class:`ErasureClient` is a :class:`~baml_studio.coordinator.client.CoordinatorClient` (same
+token, request ids, typed errors) with two more calls. Errors are the coordinator client's:
+``CoordinatorError`` for an ``ErrorResponse`` answer, ``CoordinatorUnavailable`` for no answer,
+``CoordinatorProtocolError`` for a success whose body is not an ``Erasure``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from baml_studio.coordinator.client import CoordinatorClient, CoordinatorProtocolError
+
+ENVIRONMENT_HEADER = "X-Baml-Environment-Id"
+
+
+class ErasureClient(CoordinatorClient):
+    def create_erasure(
+        self, selector: dict[str, Any], idempotency_key: str, environment: str | None = None
+    ) -> dict[str, Any]:
+        """``POST /v1/erasures`` with one selector (an ``ErasureRequest``); the ``Erasure``."""
+        headers = {"Idempotency-Key": idempotency_key}
+        if environment is not None:
+            headers[ENVIRONMENT_HEADER] = environment
+        return _erasure(self._call("POST", "/v1/erasures", json_body=selector, headers=headers))
+
+    def get_erasure(self, erasure_id: str) -> dict[str, Any]:
+        """``GET /v1/erasures/{erasure_id}``: state, ``streams_matched``, ``streams_deleted``."""
+        if not erasure_id:
+            raise ValueError("the erasure id is empty")
+        return _erasure(self._call("GET", "/v1/erasures/" + quote(erasure_id, safe="")))
+
+
+def _erasure(response: httpx.Response) -> dict[str, Any]:
+    try:
+        body = json.loads(response.content)
+    except ValueError as exc:
+        raise CoordinatorProtocolError(f"the erasure answer is not JSON: {exc}") from exc
+    if (
+        not isinstance(body, dict)
+        or not isinstance(body.get("erasure_id"), str)
+        or body.get("state") not in ("queued", "running", "succeeded", "failed")
+    ):
+        raise CoordinatorProtocolError(f"the erasure answer is not an Erasure: {body!r:.200}")
+    return body
