@@ -31,8 +31,12 @@ def test_erasing_the_stream_that_carries_the_packs_keeps_the_others_values(
         packs, other = carrier(rig, rig.streams)
         assert packs.executions and other.executions
         before_tables = rig.keys(f"{PREFIX}cas/tables/")
+        cache = rig.coordinator.coordinator.cache
+        rig.remote_rows("SELECT output FROM calls")  # fills the coordinator's value cache
+        assert cache.stats.entries
         record = rig.erase(euid_body(packs))
         assert record.state == "succeeded", record.error
+        assert cache.stats.entries == 0  # no erased value left on the coordinator's disk
         assert record.to_json()["streams_matched"] == 1
         assert record.to_json()["streams_deleted"] == 1
         assert_gone(rig, [packs])

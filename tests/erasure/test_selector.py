@@ -35,7 +35,8 @@ def test_lists_are_sorted_and_times_normalised_to_utc() -> None:
     [
         ({}, "invalid_selector"),
         ({"process_euids": None, "execution_ids": None}, "invalid_selector"),
-        ({"process_euids": [EUID_A], "time_range": None, "execution_ids": ["x"]}, "invalid_selector"),
+        ({"process_euids": [EUID_A], "time_range": None, "execution_ids": ["x"]},
+         "invalid_selector"),
         ({"process_euids": ["A" * 32]}, "invalid_selector"),
         ({"process_euids": [EUID_A * 2]}, "invalid_selector"),
         ({"execution_ids": ["x" * 257]}, "invalid_selector"),

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
@@ -36,6 +37,8 @@ log = logging.getLogger(__name__)
 REQUEST_ID = "x-baml-request-id"
 NDJSON = "application/x-ndjson"
 MAX_QUERY_BODY_BYTES = 1024 * 1024
+CHUNK_BYTES = 64 * 1024
+CHUNK_SECONDS = 0.05
 
 Authenticate = Callable[[Mapping[str, str]], UserIdentity]
 Start = Callable[[QueryRequest, UserIdentity], QueryRun]
@@ -61,6 +64,21 @@ class LineStream:
                 self._done = True
                 self._log_end()
             return line
+
+    def next_chunk(self) -> bytes | None:
+        """The next lines, newline-terminated: as many as are ready within
+        :data:`CHUNK_SECONDS` and :data:`CHUNK_BYTES` (one hop to a worker thread per chunk,
+        not per row; the first row is not held back longer than that)."""
+        parts: list[str] = []
+        size = 0
+        deadline = time.monotonic() + CHUNK_SECONDS
+        while size < CHUNK_BYTES and (not parts or time.monotonic() < deadline):
+            line = self.next_line()
+            if line is None:
+                break
+            parts.append(line)
+            size += len(line) + 1
+        return ("\n".join(parts) + "\n").encode() if parts else None
 
     def abandon(self) -> None:
         self._run.cancel()
@@ -115,11 +133,11 @@ async def _body(stream: LineStream) -> AsyncIterator[bytes]:
     finished = False
     try:
         while True:
-            line = await run_in_threadpool(stream.next_line)
-            if line is None:
+            chunk = await run_in_threadpool(stream.next_chunk)
+            if chunk is None:
                 finished = True
                 return
-            yield (line + "\n").encode()
+            yield chunk
     finally:
         if not finished:
             stream.abandon()

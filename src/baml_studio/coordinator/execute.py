@@ -142,7 +142,7 @@ class Run:
                 return
             except _Fallback as exc:
                 log.info("the whole query cannot run resident (%s); engine path", exc)
-        yield from self._engine(shape)
+        yield from self._engine(shape, reads=statement.kind == "query" or statement.analyze)
 
     def _public(self, statement: Statement) -> Iterator[str]:
         assert statement.query is not None  # reason: kind "query" always has one
@@ -182,11 +182,12 @@ class Run:
                 yield row_line(row)
         yield self._end(None, indexed=self._rows)
 
-    def _engine(self, shape: QueryShape | None) -> Iterator[str]:
+    def _engine(self, shape: QueryShape | None, *, reads: bool) -> Iterator[str]:
         self._phase, self._fraction = "resident", 0.1
         shape = shape or QueryShape({}, {}, {}, False, False)
         try:
-            self._estimate(shape)
+            if reads:
+                self._estimate(shape)
         except QueryError as exc:
             yield self._end(exc)
             return
@@ -241,16 +242,23 @@ class Run:
             if restriction is not None and len(restriction) <= ID_CHUNK:
                 continue  # an identity lookup: bounded by its executions
             where = shape.filters.get(name)
-            conditions = [f"({where})"] if where else []
-            if restriction is not None:
-                ids = ", ".join(sql_literal(i) for i in sorted(restriction))
-                conditions.append(f"execution_id IN ({ids})")
-            text = f"SELECT count(*) AS n FROM {name}"
-            if conditions:
-                text += " WHERE " + " AND ".join(conditions)
-            self.stats.add(resident_queries=1)
-            table = self._resident(text, 1)
-            total += int(table.column(0)[0].as_py()) if table.num_rows else 0
+            ids = sorted(restriction) if restriction is not None else None
+            chunks = (
+                [None]
+                if ids is None
+                else [ids[i : i + ID_CHUNK] for i in range(0, len(ids), ID_CHUNK)]
+            )
+            for chunk in chunks:
+                conditions = [f"({where})"] if where else []
+                if chunk is not None:
+                    listed = ", ".join(sql_literal(i) for i in chunk)
+                    conditions.append(f"execution_id IN ({listed})")
+                text = f"SELECT count(*) AS n FROM {name}"
+                if conditions:
+                    text += " WHERE " + " AND ".join(conditions)
+                self.stats.add(resident_queries=1)
+                table = self._resident(text, 1)
+                total += int(table.column(0)[0].as_py()) if table.num_rows else 0
         if total > cap:
             raise QueryTooCostly(
                 f"the query needs {total} public candidate rows for its private part; the "

@@ -148,8 +148,9 @@ class ErasureManager:
         deadline = time.monotonic() + timeout_s
         while True:
             record = self._store.get(erasure_id)
-            if record is None or record.state in ("succeeded", "failed"):
-                assert record is not None, erasure_id
+            if record is None:
+                raise KeyError(f"no erasure {erasure_id!r}")
+            if record.state in ("succeeded", "failed"):
                 return record
             if time.monotonic() >= deadline:
                 return record
