@@ -187,3 +187,28 @@ def test_facts_without_their_lance_commit_are_pending_then_indexed(
         assert (
             after.outcome["snapshot"]["lanceVersion"] > before.outcome["snapshot"]["lanceVersion"]
         )
+
+
+def test_without_a_value_index_nothing_is_pruned(
+    probed: tuple[CoordinatorRig, ProbedStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dataclasses
+
+    from baml_studio.projector.lance_store import VALUE_PATHS
+
+    rig, _ = probed
+    real_bind = rig.coordinator.binder.bind
+
+    def without_index(*args: Any, **kwargs: Any) -> Any:
+        bound = real_bind(*args, **kwargs)
+        versions = {k: v for k, v in bound.dataset_versions.items() if k != VALUE_PATHS}
+        return dataclasses.replace(bound, dataset_versions=versions)
+
+    monkeypatch.setattr(rig.coordinator.binder, "bind", without_index)
+    sql = (
+        "SELECT call_id, args['customer']['age'] AS age FROM calls "
+        "WHERE args['customer']['age'] >= 30 ORDER BY call_id"
+    )
+    answer = rig.remote(sql)
+    assert answer.rows and answer.rows == rig.local(sql).rows
+    assert answer.run.stats.index_lookups == 0 and answer.run.stats.index_pruned_rows == 0

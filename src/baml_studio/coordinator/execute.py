@@ -204,6 +204,7 @@ class Run:
             cache=self._c.cache,
             max_private_bytes=budget.max_private_bytes_read,
             stats=self.stats,
+            shared=self._c.shared,
         )
         budgets = QueryBudgets(
             max_wall_s=budget.max_wall_ms / 1000, max_result_rows=budget.max_result_rows

@@ -26,6 +26,7 @@ from baml_studio.coordinator.config import CoordinatorConfig
 from baml_studio.coordinator.execute import Run
 from baml_studio.coordinator.params import bind
 from baml_studio.coordinator.run import Mode, QueryRequest
+from baml_studio.coordinator.shared import SharedCaches
 from baml_studio.coordinator.snapshot import BoundSnapshot, SnapshotBinder
 from baml_studio.coordinator.source import SourceStats
 from baml_studio.format.errors import BamlStudioError
@@ -59,6 +60,8 @@ class Coordinator:
             if self.config.cache_dir is not None
             else ReadCache.disabled()
         )
+        self.shared = SharedCaches()
+        """Datasets by version, marker sets, value bodies: reused across queries."""
         self.stats = SourceStats()
         """Totals over every query (instrumentation for tests and operators)."""
         self.resident_hook: Callable[[str], None] | None = None
@@ -85,6 +88,11 @@ class Coordinator:
             snapshot.generation, snapshot.lance_version,
         )  # fmt: skip
         return Run(self, snapshot, sql, request, mode)
+
+    def forget_values(self) -> None:
+        """Drop every cached value body (after an erasure deleted values)."""
+        self.cache.clear()
+        self.shared.values.clear()
 
     def bind(self, scope: Scope, catalog_version: str) -> BoundSnapshot:
         try:

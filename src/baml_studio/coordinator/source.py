@@ -26,6 +26,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -35,6 +36,7 @@ from baml_studio.catalog.schema import BY_NAME, Relation, Visibility
 from baml_studio.catalog.source import Snapshot, ValueUnavailable
 from baml_studio.coordinator.cache import ReadCache
 from baml_studio.coordinator.shape import QueryShape
+from baml_studio.coordinator.shared import SharedCaches
 from baml_studio.coordinator.snapshot import BoundSnapshot
 from baml_studio.coordinator.value_index import ValuePredicate, matching_cids
 from baml_studio.format.ids import value_cid_wire
@@ -98,6 +100,7 @@ class CoordinatorSource:
         cache: ReadCache | None = None,
         max_private_bytes: int = 1 << 62,
         stats: SourceStats | None = None,
+        shared: SharedCaches | None = None,
     ) -> None:
         self._snapshot = snapshot
         self._resident = resident
@@ -107,12 +110,12 @@ class CoordinatorSource:
         self._cache = cache or ReadCache.disabled()
         self._max_private = max_private_bytes
         self.stats = stats or SourceStats()
+        self._shared = shared or SharedCaches()
         self.pending: set[str] = set()
         """Executions with public facts served whose private rows are not in the bound version."""
         self.private_rows_served = 0
         self._values: dict[bytes, bytes] = {}
         self._matched: dict[ValuePredicate, set[str]] = {}
-        self._marked: dict[str, bool] = {}
         self._lock = threading.Lock()
 
     # --- CatalogSource -------------------------------------------------------------------
@@ -140,6 +143,8 @@ class CoordinatorSource:
             raise ValueUnavailable("unsupported")
         with self._lock:
             body = self._values.get(cid)
+        if body is None:
+            body = self._shared.values.get(cid)
         if body is None:
             body = self._fetch_values([cid]).get(cid)
         if body is None:
@@ -241,27 +246,11 @@ class CoordinatorSource:
     def _private_rows(
         self, relation: Relation, facts: pa.Table, keys: list[str], private: list[str]
     ) -> pa.Table:
-        dataset = (
-            self._private.open_dataset(
-                relation.name, version=self._snapshot.dataset_versions.get(relation.name)
-            )
-            if relation.name in self._snapshot.dataset_versions
-            else None
-        )
+        dataset = self._open(relation.name)
         schema = pa.schema([relation.schema().field(c) for c in keys + private])
         if dataset is None or facts.num_rows == 0:
             return schema.empty_table()
-        if "execution_id" in keys:
-            candidates = sorted(set(facts["execution_id"].to_pylist()))
-            indexed = sorted(self._indexed(candidates))
-            filters: list[str | None] = [
-                "execution_id IN ("
-                + ", ".join(sql_literal(i) for i in indexed[i : i + ID_CHUNK])
-                + ")"
-                for i in range(0, len(indexed), ID_CHUNK)
-            ]
-        else:
-            filters = [None]
+        filters = _row_filters(facts, keys, self._indexed) if "execution_id" in keys else [None]
         parts = [self._scan(dataset, keys + private, where) for where in filters]
         table = (
             pa.concat_tables([_conform(p, schema) for p in parts])
@@ -281,6 +270,8 @@ class CoordinatorSource:
         keep = [True] * facts.num_rows
         for predicate in predicates:
             matches = self._matches(predicate)
+            if matches is None:
+                continue
             states = facts[predicate.state_column].to_pylist()
             cids = facts[predicate.cid_column].to_pylist()
             for i, (state, cid) in enumerate(zip(states, cids, strict=True)):
@@ -290,46 +281,42 @@ class CoordinatorSource:
         self.stats.add(index_pruned_rows=facts.num_rows - pruned.num_rows)
         return pruned
 
-    def _matches(self, predicate: ValuePredicate) -> set[str]:
+    def _matches(self, predicate: ValuePredicate) -> set[str] | None:
+        """The CIDs that may satisfy ``predicate``; None when there is no index to ask."""
         with self._lock:
             hit = self._matched.get(predicate)
         if hit is not None:
             return hit
-        version = self._snapshot.dataset_versions.get(VALUE_PATHS)
-        dataset = self._private.open_dataset(VALUE_PATHS, version=version) if version else None
-        found: set[str] = set()
-        if dataset is not None:
-            self.stats.add(index_lookups=1)
-            found = matching_cids(predicate, lambda cols, where: self._scan(dataset, cols, where))
+        dataset = self._open(VALUE_PATHS)
+        if dataset is None:  # no index at this version: it decides nothing
+            return None
+        self.stats.add(index_lookups=1)
+        found = matching_cids(predicate, lambda cols, where: self._scan(dataset, cols, where))
         with self._lock:
             self._matched[predicate] = found
         return found
 
     def _indexed(self, execution_ids: list[str]) -> set[str]:
-        """Those of ``execution_ids`` whose marker is in the bound ``projected_v1``."""
-        with self._lock:
-            known = {e for e in execution_ids if e in self._marked}
-            unknown = [e for e in execution_ids if e not in self._marked]
-        if not unknown:
-            return {e for e in known if self._marked[e]}
-        found = self._read_markers(unknown)
-        with self._lock:
-            self._marked.update({e: e in found for e in unknown})
-            return {e for e in execution_ids if self._marked[e]}
-
-    def _read_markers(self, execution_ids: list[str]) -> set[str]:
+        """Those of ``execution_ids`` whose marker is in the bound ``projected_v1`` (the whole
+        marker set of a version is read once per coordinator: it never changes)."""
         version = self._snapshot.lance_version
         if version == 0 or not execution_ids:
             return set()
-        dataset = self._private.open_dataset(PROJECTED, version=version)
+        marked = self._shared.markers.marked(self._private, version, self._read_markers)
+        return {e for e in execution_ids if e in marked}
+
+    def _read_markers(self) -> frozenset[str]:
+        dataset = self._open(PROJECTED)
         if dataset is None:
-            return set()
-        found: set[str] = set()
-        for i in range(0, len(execution_ids), ID_CHUNK):
-            chunk = execution_ids[i : i + ID_CHUNK]
-            where = f"execution_id IN ({', '.join(sql_literal(x) for x in chunk)})"
-            found.update(self._scan(dataset, ["execution_id"], where)["execution_id"].to_pylist())
-        return found
+            return frozenset()
+        return frozenset(self._scan(dataset, ["execution_id"], None)["execution_id"].to_pylist())
+
+    def _open(self, name: str) -> Any:
+        """Dataset ``name`` at its bound version (None if it did not exist then)."""
+        version = self._snapshot.dataset_versions.get(name)
+        if not version:
+            return None
+        return self._shared.datasets.open(self._private, name, version)
 
     def _scan(self, dataset: object, columns: list[str], where: str | None) -> pa.Table:
         table: pa.Table = dataset.to_table(columns=columns, filter=where)  # type: ignore[attr-defined]  # reason: lance is untyped
@@ -361,13 +348,12 @@ class CoordinatorSource:
         found: dict[bytes, bytes] = {}
         missing = []
         for cid in wanted:
-            hit = self._cache.get("values", cid.hex())
+            hit = self._shared.values.get(cid) or self._cache.get("values", cid.hex())
             if hit is None:
                 missing.append(cid)
             else:
                 found[cid] = hit
-        version = self._snapshot.dataset_versions.get(VALUES)
-        dataset = self._private.open_dataset(VALUES, version=version) if version else None
+        dataset = self._open(VALUES)
         if dataset is not None and missing:
             by_wire = {value_cid_wire(c): c for c in missing}
             wires = sorted(by_wire)
@@ -386,6 +372,7 @@ class CoordinatorSource:
                         cid = by_wire[wire]
                         found[cid] = body
                         self._cache.put("values", cid.hex(), body)
+                        self._shared.values.put(cid, body)
         with self._lock:
             self._values.update(found)
         return found
@@ -405,6 +392,33 @@ class CoordinatorSource:
         self.stats.add(bucket_value_reads=1, lance_bytes_read=0)
         self._cache.put("cas-values", cid.hex(), body)
         return body
+
+
+def _row_filters(
+    facts: pa.Table, keys: list[str], indexed: Callable[[list[str]], set[str]]
+) -> list[str | None]:
+    """Lance filters for the private rows of ``facts``: the indexed executions, in chunks,
+    and within them only the rows' own second key (``call_id`` …), so a scan returns the
+    candidate rows, not every row of the candidates' executions."""
+    executions = facts["execution_id"].to_pylist()
+    marked = indexed(sorted(set(executions)))
+    other = keys[1] if len(keys) == 2 else None
+    by_execution: dict[str, set[str]] = {}
+    values = facts[other].to_pylist() if other is not None else [None] * len(executions)
+    for execution, value in zip(executions, values, strict=True):
+        if execution in marked:
+            by_execution.setdefault(execution, set()).add(value)
+    ordered = sorted(by_execution)
+    filters: list[str | None] = []
+    for i in range(0, len(ordered), ID_CHUNK):
+        chunk = ordered[i : i + ID_CHUNK]
+        where = f"execution_id IN ({', '.join(sql_literal(e) for e in chunk)})"
+        if other is not None:
+            wanted = sorted({v for e in chunk for v in by_execution[e] if isinstance(v, str)})
+            if len(wanted) <= 4 * ID_CHUNK:
+                where += f" AND {other} IN ({', '.join(sql_literal(v) for v in wanted)})"
+        filters.append(where)
+    return filters
 
 
 def _columns(relation: Relation) -> set[str]:

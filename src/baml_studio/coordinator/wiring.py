@@ -93,7 +93,7 @@ def attach_coordinator(
 
     erasures = ErasureManager.open(
         config.data_dir / "erasures", dataplane.store, control, stores.get,
-        on_values_erased=lambda scope: coordinator.cache.clear(),
+        on_values_erased=lambda scope: coordinator.forget_values(),
     )  # fmt: skip
     routes = [
         *query_routes(coordinator.start, authenticate),
