@@ -1,31 +1,33 @@
 """Query workload (issue 7): 13 frozen queries in four classes through the query coordinator.
 
     .venv/bin/python benchmarks/query_workload.py                      # 15,000,000 calls
-    .venv/bin/python benchmarks/query_workload.py --calls 1000000      # a quick run
-    .venv/bin/python benchmarks/query_workload.py --data /tmp/qw --reuse   # keep / reuse the load
+    .venv/bin/python benchmarks/query_workload.py --calls 1000000 --data /tmp/qw-1m  # quick
+    .venv/bin/python benchmarks/query_workload.py --data /tmp/qw --reuse   # reuse a load
 
 1. **Load** (a child process, once per ``--data`` directory): the control plane's corpus of
    ``control_plane_corpus.py`` (``--calls`` public ``calls_v1`` rows of ``tn_a`` plus 10 % in
    ``tn_b``, through the fact store's client, then ``OPTIMIZE … FINAL``) with, for ``tn_a``,
    the private Lance datasets the coordinator reads, written by the bulk path of
-   ``query_workload_corpus.py`` (value pools, ``calls_v1`` private rows, ``values_v1``,
-   ``projected_v1`` markers, the compaction's scalar indexes). The public ``args_cid`` /
-   ``output_cid`` / ``error_cid`` of every call are those of its private value handles, and
-   every ``values_v1`` body hashes to its CID.
+   ``query_workload_corpus.py`` (value pools, ``calls_v1`` private rows, ``value_paths_v1``,
+   ``values_v1``, ``projected_v1`` markers, the compaction's scalar indexes). The public
+   ``args_cid`` / ``output_cid`` / ``error_cid`` of every call are those of its private value
+   handles, and every ``values_v1`` body hashes to its CID.
 2. **Queries**: each of :data:`WORKLOAD` through a
    :class:`~baml_studio.coordinator.service.Coordinator` in this process (``Coordinator.start``
    to the last NDJSON line; background queries with ``mode="background"``, the path a query
-   job runs), over the real control plane served over
-   HTTP by a child process (``control_plane.serve``: what ``serve control`` does) and the Lance
-   datasets on local disk. **cold** = ``sync; echo 3 > /proc/sys/vm/drop_caches``, a fresh
-   control-plane server, a new coordinator (no snapshot cache) with an emptied read cache,
-   first run; **warm** = the worst of the next three runs on that coordinator (read cache
-   filled). Every answer is checked (outcome ``complete``, rows where rows are expected).
+   job runs), over the real control plane served over HTTP by a child process
+   (``control_plane.serve``: what ``serve control`` does) and the Lance datasets on local disk.
+   **cold** = ``sync; echo 3 > /proc/sys/vm/drop_caches`` and the shared libraries read back
+   (:func:`read_code`), a fresh control-plane server, a new coordinator (no snapshot cache)
+   with an emptied read cache, first run; **warm** = the worst of the next three runs on that
+   coordinator (read cache filled). Every answer is checked (:func:`check_answer`; s1-s3
+   against the generator's own values, :func:`verify_search`).
 3. **Table** beside the proof of concept's figures (``../shared/spec/system-contract.md``, query
    classes): per class the worst query against the POC range, and POC / ours.
 
-Timed figures are not assertions: this is a program. Other work on the machine changes them;
-the load average is printed before and after.
+``--reuse-datasets`` is an experiment, not the shipped path (``ReusedDatasets``). Timed figures
+are not assertions: this is a program. Other work on the machine changes them; the load average
+is printed before and after, and the coordinator's CPU time per run beside its wall time.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import contextlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -49,7 +52,6 @@ from baml_studio.projector.lance_store import PrivateStore
 from control_plane import drop_caches, issue_tokens, loadavg, machine, serve
 from control_plane_corpus import MANIFEST, SCOPE_A
 
-WORKLOAD_MANIFEST = "query-workload.json"
 DEFAULT_DATA = Path("/tmp/query-workload")
 CLASSES = ("public", "values", "search", "background")
 POC = {
@@ -186,7 +188,7 @@ WORKLOAD: tuple[Query, ...] = (
 )
 
 
-def bound_sql(q: Query, manifest: dict[str, Any], workload: dict[str, Any]) -> str:
+def bound_sql(q: Query, workload: dict[str, Any]) -> str:
     """``q.sql`` with the corpus's window starts and probe ids as literals."""
     end = corpus_mod.CORPUS_END
     values = {
@@ -208,23 +210,8 @@ def _timestamp(ns: int) -> str:
 # ------------------------------------------------------------------------------ load
 
 
-def worker_load(data_dir: Path, calls: int) -> None:
-    """Child process: the control-plane load with the private hook, then the Lance finish."""
-    started = time.perf_counter()
-    corpus = corpus_mod.plan(calls, 1)
-    pool = private_mod.build_pool(calls)
-    pool_s = time.perf_counter() - started
-    root = data_dir / private_mod.LANCE_DIR
-    root.mkdir(parents=True)
-    writer = private_mod.PrivateWriter(root, pool, corpus.fns.fqn, corpus.executions // 2)
-    corpus_mod.worker_load(data_dir, calls, writer.for_scope)
-    figures = writer.finish()
-    figures.update(pool_s=pool_s, total_s=time.perf_counter() - started, calls=calls)
-    (data_dir / WORKLOAD_MANIFEST).write_text(json.dumps(figures, indent=1))
-
-
 def load(data_dir: Path, calls: int, reuse: bool) -> tuple[dict[str, Any], dict[str, Any]]:
-    done = data_dir / WORKLOAD_MANIFEST
+    done = data_dir / private_mod.WORKLOAD_MANIFEST
     if done.exists() and reuse:
         workload = json.loads(done.read_text())
         if workload["calls"] != calls:
@@ -241,36 +228,8 @@ def load(data_dir: Path, calls: int, reuse: bool) -> tuple[dict[str, Any], dict[
     data_dir.mkdir(parents=True, exist_ok=True)
     print(f"loading {calls:,} + {calls // 10:,} calls into {data_dir} (bulk path)", flush=True)
     command = [sys.executable, __file__, "--worker", "load", "--data", str(data_dir)]
-    import subprocess
-
     subprocess.run([*command, "--calls", str(calls)], check=True)
     return json.loads((data_dir / MANIFEST).read_text()), json.loads(done.read_text())
-
-
-def print_load(manifest: dict[str, Any], workload: dict[str, Any]) -> None:
-    a, b = manifest["tn_a"], manifest["tn_b"]
-    w = workload
-    print(
-        f"corpus: tn_a {a['calls']:,} calls / {a['executions']:,} executions (public facts, "
-        f"private Lance rows, values), tn_b {b['calls']:,} / {b['executions']:,} (public only)"
-    )
-    print(
-        f"load: {w['total_s']:.1f} s in all: value pool {w['pool_s']:.1f} s "
-        f"({w['values']:,} bodies, {w['value_bytes'] / 1e6:.1f} MB); public generate and insert "
-        f"{manifest['load_s']:.1f} s, of which Lance calls_v1 rows {w['private_write_s']:.1f} s;"
-        f" OPTIMIZE FINAL {manifest['optimize_s']:.1f} s; value_paths_v1 "
-        f"({w.get('value_path_rows', 0):,} rows) and values_v1 with their indexes "
-        f"{w.get('values_s', 0):.1f} s; projected_v1 {w.get('markers_s', 0):.1f} s; calls_v1 "
-        f"and projected_v1 indexes {w['index_s']:.1f} s"
-    )
-    print(
-        f"  Lance: {w['private_rows']:,} calls_v1 rows, {w['markers']:,} markers,"
-        f" {w['lance_bytes'] / 1e9:.2f} GB on disk; chDB: "
-        + ", ".join(
-            f"{t} {r:,} rows {d / 1e9:.2f} GB"
-            for t, (_, r, d, _) in sorted(manifest["parts"].items())
-        )
-    )
 
 
 # ------------------------------------------------------------------------------ running
@@ -287,6 +246,8 @@ class Timing:
     error: str = ""
     lines: list[str] = field(default_factory=list, repr=False)
     """The NDJSON row lines (parsed only by the checks, after the timing)."""
+    cpu_ms: float = 0.0
+    """CPU time of this process (the coordinator: every thread) during the query."""
 
 
 @dataclass
@@ -298,25 +259,6 @@ class Result:
     @property
     def worst_warm(self) -> Timing:
         return max(self.warm, key=lambda t: t.ms)
-
-
-class ReusedDatasets(PrivateStore):
-    """Experiment (``--reuse-datasets``), not the shipped path: ``open_dataset`` at a given
-    version returns the dataset object it opened before, so Lance's index and metadata caches
-    (which live in that object's session) survive from one query to the next. A dataset at a
-    version is immutable, so this cannot change an answer."""
-
-    def __init__(self, root: str) -> None:
-        super().__init__(root)
-        self._opened: dict[tuple[str, int], Any] = {}
-
-    def open_dataset(self, name: str, *, version: int | None = None) -> Any:
-        if version is None:
-            return super().open_dataset(name)
-        key = (name, version)
-        if key not in self._opened:
-            self._opened[key] = super().open_dataset(name, version=version)
-        return self._opened[key]
 
 
 class Bench:
@@ -331,7 +273,7 @@ class Bench:
 
         self.control = ControlClient(url, token, timeout_s=600.0)
         root = str(data_dir / private_mod.LANCE_DIR)
-        store = ReusedDatasets(root) if reuse else PrivateStore(root)
+        store = private_mod.ReusedDatasets(root) if reuse else PrivateStore(root)
         self.coordinator = Coordinator(
             self.control, lambda scope: store, config=CoordinatorConfig(cache_dir=cache_dir)
         )
@@ -351,10 +293,11 @@ class Bench:
             SCOPE_A.tenant, SCOPE_A.project, (SCOPE_A.environment,), False, "tok", "kid", 0, 2**40
         )
         mode = "background" if q.background else "interactive"
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         run = self.coordinator.start(request, user, mode=mode)
         lines = list(run.lines())
         ms = (time.perf_counter() - started) * 1000
+        cpu_ms = (time.process_time() - cpu) * 1000
         outcome = json.loads(lines[-1])["queryOutcome"]
         s = run.stats
         stats = {
@@ -374,6 +317,7 @@ class Bench:
             outcome["valueEvaluations"],
             error,
             lines[:-1],
+            cpu_ms,
         )
 
     def close(self) -> None:
@@ -408,7 +352,6 @@ def read_code() -> None:
 
 def bench(
     data_dir: Path,
-    manifest: dict[str, Any],
     workload: dict[str, Any],
     warm_runs: int,
     only: str,
@@ -432,9 +375,9 @@ def bench(
     print(f"probe call {workload['probe']['call_id']}")
     results = []
     for q in WORKLOAD:
-        if only and only not in q.name:
+        if only and not any(part in q.name for part in only.split(",")):
             continue
-        sql = bound_sql(q, manifest, workload)
+        sql = bound_sql(q, workload)
         shutil.rmtree(cache_dir, ignore_errors=True)
         if can_drop:
             drop_caches()
@@ -475,6 +418,32 @@ def problems(
     return out
 
 
+def verify_search(results: list[Result], bench: Bench, workload: dict[str, Any]) -> list[str]:
+    """Queries s1-s3 against the generator's values (``expected_search``): the candidates come
+    from a public query, the expected answers from the decoded pool bodies."""
+    ran = {r.query.name[:2]: r for r in results if r.query.name[:2] in ("s1", "s2", "s3")}
+    if not ran:
+        return []
+    window = bound_sql(Query("", "", HOURS6), workload)
+    sql = (
+        "SELECT call_id, started_at, args_cid, output_cid FROM calls WHERE fqn = "
+        f"'support.ClassifyTicket' AND started_at >= {window}"
+    )
+    rows = [json.loads(line) for line in bench.run(Query("", "public", ""), sql).lines]
+    want = private_mod.expected_search(workload["calls"], rows)
+    out = []
+    for name, r in ran.items():
+        got_rows = [json.loads(line) for line in r.cold.lines]
+        got: Any = (
+            {row["priority"]: row["calls"] for row in got_rows}
+            if name == "s3"
+            else [row["call_id"] for row in got_rows]
+        )
+        if got != want[name]:
+            out.append(f"{r.query.name}: differs from the generator's answer")
+    return out
+
+
 def check_answer(q: Query, t: Timing, manifest: dict[str, Any], workload: dict[str, Any]) -> str:
     """``""`` if ``t``'s answer fits ``q.check``, else what differs. Every query must return
     rows; ``window``: the calls add up to the generator's count of the last 24 h; ``top20``:
@@ -509,8 +478,8 @@ def check_answer(q: Query, t: Timing, manifest: dict[str, Any], workload: dict[s
 def print_results(results: list[Result], warm_runs: int) -> None:
     head = (
         f"{'query':<46}{'class':>8}{'rows':>7}{'cold ms':>10}{'warm ms':>10}{'POC cold':>12}"
-        f"{'POC warm':>12}{'resid':>6}{'public':>9}{'scans':>6}{'lance rows':>11}"
-        f"{'lance MB':>9}{'values (unav.)':>16}"
+        f"{'POC warm':>12}{'CPU cold':>9}{'CPU warm':>9}{'resid':>6}{'public':>9}{'scans':>6}"
+        f"{'lance rows':>11}{'lance MB':>9}{'values (unav.)':>16}"
     )
     print(head)
     print("-" * len(head))
@@ -521,16 +490,17 @@ def print_results(results: list[Result], warm_runs: int) -> None:
         print(
             f"{r.query.name:<46}{cold.query_class:>8}{warm.rows:>7}{cold.ms:>10.1f}"
             f"{warm.ms:>10.1f}{_range(c_lo, c_hi):>12}{_range(w_lo, w_hi):>12}"
-            f"{s['resident']:>6}{s['public_rows']:>9,}{s['scans']:>6}{s['lance_rows']:>11,}"
+            f"{cold.cpu_ms:>9.0f}{warm.cpu_ms:>9.0f}{s['resident']:>6}{s['public_rows']:>9,}{s['scans']:>6}{s['lance_rows']:>11,}"
             f"{s['lance_bytes'] / 1e6:>9.1f}{_values(cold.evaluations):>16}"
         )
     print(
         f"cold = first run after dropping the page cache, fresh server and coordinator, empty "
-        f"read cache; warm = worst of the next {warm_runs}; class = the coordinator's "
-        "classification; resid = resident subqueries, public = public rows they returned, "
-        "scans / lance rows / lance MB = Lance reads (Arrow bytes), values = value evaluations "
-        "attempted (unavailable: lost or not captured, so the outcome is incomplete); all of "
-        "the cold run"
+        f"read cache; warm = worst of the next {warm_runs}; CPU = ms of CPU used by this process "
+        "(the coordinator, all threads; not the control plane's) in that run; class = the "
+        "coordinator's classification; resid = resident subqueries, public = public rows they "
+        "returned, scans / lance rows / lance MB = Lance reads (Arrow bytes), values = value "
+        "evaluations attempted (unavailable: lost or not captured, so the outcome is "
+        "incomplete); all of the cold run"
     )
     print(
         f"\n{'class (POC)':<40}{'n':>3}{'worst cold':>12}{'worst warm':>12}{'POC cold':>12}"
@@ -577,8 +547,13 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=15_000_000, help="calls of tenant tn_a")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the corpus directory")
     parser.add_argument("--reuse", action="store_true", help="reuse the corpus in --data")
+    parser.add_argument("--load-only", action="store_true", help="load (or check) and stop")
     parser.add_argument("--warm-runs", type=int, default=3)
-    parser.add_argument("--only", default="", help="run the queries whose name holds this")
+    parser.add_argument(
+        "--only",
+        default="",
+        help="run only the queries whose name holds one of these (comma-separated)",
+    )
     parser.add_argument(
         "--code-cold", action="store_true", help="cold runs: do not read the libraries back"
     )
@@ -590,20 +565,21 @@ def main() -> None:
     parser.add_argument("--worker", choices=["load"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker == "load":
-        worker_load(args.data, args.calls)
+        private_mod.worker_load(args.data, args.calls)
         return
     print(machine())
     print(loadavg())
     data_dir = args.data.resolve()
     manifest, workload = load(data_dir, args.calls, args.reuse)
-    print_load(manifest, workload)
+    private_mod.print_load(manifest, workload)
     print(
         f"probe execution {workload['probe']['execution_id']} ({workload['probe']['calls']} calls)"
     )
     print(loadavg())
+    if args.load_only:
+        return
     results = bench(
         data_dir,
-        manifest,
         workload,
         args.warm_runs,
         args.only,
@@ -613,8 +589,14 @@ def main() -> None:
     print()
     print_results(results, args.warm_runs)
     found = problems(results, manifest, workload)
+    with serve(data_dir, info_log=False) as server:
+        token = issue_tokens(data_dir)[SCOPE_A]
+        checker = Bench(data_dir, server.url, token, data_dir / "coordinator-cache")
+        found += verify_search(results, checker, workload)
+        checker.close()
     print(
-        "answers (every run: outcome complete or incomplete, rows, the checks of check_answer): "
+        "answers (every run: outcome complete or incomplete, rows, the checks of check_answer;"
+        " s1-s3 equal to the generator's answer): "
         + ("all pass" if not found else "; ".join(found))
     )
     print(loadavg())

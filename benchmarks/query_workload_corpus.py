@@ -39,6 +39,7 @@ would see those columns as pending).
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from dataclasses import dataclass, field
@@ -68,6 +69,7 @@ from baml_studio.projector.lance_store import (
     VALUE_PATHS,
     VALUES,
     VALUES_SCHEMA,
+    PrivateStore,
     relation_schema,
 )
 from baml_studio.projector.value_paths import leaf_rows, paths_table
@@ -77,6 +79,7 @@ ARGS_PER_MODULE = 40_000
 ERRORS = 2_000
 VALUE_SEED = 11
 LANCE_DIR = "lance-tn_a"
+WORKLOAD_MANIFEST = "query-workload.json"
 CALLS = "calls_v1"
 
 _FIRST = ("Ada", "Alan", "Grace", "Linus", "Ken", "Barbara", "Edsger", "Donald", "Margaret")
@@ -397,3 +400,106 @@ def _positions(execution: pa.Array) -> np.ndarray:
         change[1:] = later.to_numpy(zero_copy_only=False)
     starts = np.flatnonzero(change)
     return np.arange(n) - np.repeat(starts, np.diff(np.append(starts, n)))
+
+
+class ReusedDatasets(PrivateStore):
+    """Experiment (``--reuse-datasets``), not the shipped path: ``open_dataset`` at a given
+    version returns the dataset object it opened before, so Lance's index and metadata caches
+    (which live in that object's session) survive from one query to the next. A dataset at a
+    version is immutable, so this cannot change an answer."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self._opened: dict[tuple[str, int], Any] = {}
+
+    def open_dataset(self, name: str, *, version: int | None = None) -> Any:
+        if version is None:
+            return super().open_dataset(name)
+        key = (name, version)
+        if key not in self._opened:
+            self._opened[key] = super().open_dataset(name, version=version)
+        return self._opened[key]
+
+
+# ------------------------------------------------------------------------------ loading
+
+
+def worker_load(data_dir: Path, calls: int) -> None:
+    """Child process: the control-plane load (``control_plane_corpus.worker_load``) with the
+    private hook, then :meth:`PrivateWriter.finish`; the figures go to
+    :data:`WORKLOAD_MANIFEST`."""
+    import control_plane_corpus
+
+    started = time.perf_counter()
+    corpus = control_plane_corpus.plan(calls, 1)
+    pool = build_pool(calls)
+    pool_s = time.perf_counter() - started
+    root = data_dir / LANCE_DIR
+    root.mkdir(parents=True)
+    writer = PrivateWriter(root, pool, corpus.fns.fqn, corpus.executions // 2)
+    control_plane_corpus.worker_load(data_dir, calls, writer.for_scope)
+    figures = writer.finish()
+    figures.update(pool_s=pool_s, total_s=time.perf_counter() - started, calls=calls)
+    (data_dir / WORKLOAD_MANIFEST).write_text(json.dumps(figures, indent=1))
+
+
+def print_load(manifest: dict[str, Any], workload: dict[str, Any]) -> None:
+    a, b = manifest["tn_a"], manifest["tn_b"]
+    w = workload
+    print(
+        f"corpus: tn_a {a['calls']:,} calls / {a['executions']:,} executions (public facts, "
+        f"private Lance rows, values), tn_b {b['calls']:,} / {b['executions']:,} (public only)"
+    )
+    print(
+        f"load: {w['total_s']:.1f} s in all: value pool {w['pool_s']:.1f} s "
+        f"({w['values']:,} bodies, {w['value_bytes'] / 1e6:.1f} MB); public generate and insert "
+        f"{manifest['load_s']:.1f} s, of which Lance calls_v1 rows {w['private_write_s']:.1f} s;"
+        f" OPTIMIZE FINAL {manifest['optimize_s']:.1f} s; value_paths_v1 "
+        f"({w.get('value_path_rows', 0):,} rows) and values_v1 with their indexes "
+        f"{w.get('values_s', 0):.1f} s; projected_v1 {w.get('markers_s', 0):.1f} s; calls_v1 "
+        f"and projected_v1 indexes {w['index_s']:.1f} s"
+    )
+    print(
+        f"  Lance: {w['private_rows']:,} calls_v1 rows, {w['markers']:,} markers,"
+        f" {w['lance_bytes'] / 1e9:.2f} GB on disk; chDB: "
+        + ", ".join(
+            f"{t} {r:,} rows {d / 1e9:.2f} GB"
+            for t, (_, r, d, _) in sorted(manifest["parts"].items())
+        )
+    )
+
+
+# ------------------------------------------------------------------------------ ground truth
+
+
+def expected_search(calls: int, candidates: list[dict[str, Any]]) -> dict[str, Any]:
+    """The answers of queries s1, s2 and s3 of ``query_workload.WORKLOAD`` from the generator's
+    own values: ``candidates`` are the public rows (``call_id``, ``started_at``, ``args_cid``,
+    ``output_cid``) of ``support.ClassifyTicket`` in the 6 h window, each CID looked up in the
+    rebuilt pool and decoded with the format codec (not the query engine)."""
+    from baml_studio.format.values import decode_value, to_json
+
+    pool = build_pool(calls)
+    bodies = dict(zip(pool.wires.to_pylist(), pool.bodies, strict=True))
+
+    def get(cid: str | None, *path: str) -> Any:
+        node: Any = to_json(decode_value(bodies[cid])) if cid else None
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        return node
+
+    priority = {r["call_id"]: get(r["args_cid"], "ticket", "priority") for r in candidates}
+    urgent = [r for r in candidates if priority[r["call_id"]] == "urgent"]
+    refund = [r for r in candidates if "refund" in (get(r["output_cid"], "summary") or "")]
+    groups: dict[str | None, int] = {}
+    for value in priority.values():
+        groups[value] = groups.get(value, 0) + 1
+    return {
+        "s1": [r["call_id"] for r in sorted(urgent, key=_started, reverse=True)][:100],
+        "s2": sorted(r["call_id"] for r in refund)[:100],
+        "s3": groups,
+    }
+
+
+def _started(row: dict[str, Any]) -> np.datetime64:
+    return np.datetime64(str(row["started_at"]).rstrip("Z"), "ns")
