@@ -16,7 +16,8 @@ Each error is one HTTP answer in the ``ErrorResponse`` shape of ``openapi.yaml``
 
 ``retryable`` is true only for 429 and 503, which also carry ``Retry-After`` (seconds).
 :func:`error_body` renders any of them as ``{"error": {code, message, request_id, retryable,
-details}}``; :func:`error_headers` gives the headers that go with it.
+details}}``; :func:`error_headers` gives the headers that go with it. :func:`key_reused` is
+the 409 of an ``Idempotency-Key`` sent again with a different request.
 """
 
 from __future__ import annotations
@@ -109,6 +110,18 @@ class TooManyRequests(_Transient):
 class DependencyUnavailable(_Transient):
     status = 503
     code = "dependency_unavailable"
+
+
+def key_reused(*, holder: str, holder_id: str, id_field: str, compared: str, new: str) -> Conflict:
+    """409 ``idempotency_key_reused``: the key already names ``holder`` ``holder_id`` (e.g. query
+    job ``job_…``, its id in ``details[id_field]``), made from a different ``compared`` (e.g.
+    request); a ``new`` one (e.g. query) needs a new key."""
+    return Conflict(
+        f"Idempotency-Key was already used for {holder} {holder_id} with a different "
+        f"{compared}; send a new key for a new {new}",
+        code="idempotency_key_reused",
+        details={id_field: holder_id},
+    )
 
 
 def error_body(error: ApiError, request_id: str) -> dict[str, Any]:

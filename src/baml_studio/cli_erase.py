@@ -21,18 +21,16 @@ Exit codes:
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import sys
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from baml_studio.cli_query import TOKEN_OPTION, parse_duration, remote_failure
+from baml_studio.cli_query import TOKEN_OPTION, parse_duration, session
 
 if TYPE_CHECKING:
     from baml_studio.erasure.client import ErasureClient
@@ -83,10 +81,12 @@ def erase_command(
       baml-studio erase --remote https://data-plane.example.com --token "$TOKEN" \\
         --euid 3f9c2b7e1a4d4c8e9b0f1e2d3c4b5a69 --wait
     """
+    from baml_studio.erasure.client import ErasureClient
+
     selector = _selector(euids, execution_ids, start, end)
     interval_s = parse_duration(interval)
     key = idempotency_key or _derived_key(selector, environment)
-    with _client(remote, token) as client:
+    with session(remote, token, ErasureClient) as client:
         erasure = client.create_erasure(selector, key, environment)
         if wait:
             erasure = _poll(client, erasure, interval_s)
@@ -127,27 +127,6 @@ def _time(text: str, option: str) -> str:
 def _derived_key(selector: dict[str, Any], environment: str | None) -> str:
     canonical = json.dumps([environment, selector], sort_keys=True, separators=(",", ":"))
     return "cli-" + hashlib.sha256(canonical.encode()).hexdigest()[:40]
-
-
-@contextlib.contextmanager
-def _client(remote: str, token: str | None) -> Iterator[ErasureClient]:
-    from baml_studio.coordinator.client import CoordinatorClientError
-    from baml_studio.erasure.client import ErasureClient
-
-    if not token:
-        raise click.UsageError("--remote needs a user token: give --token or set BAML_USER_TOKEN")
-    try:
-        client = ErasureClient(remote, token)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--remote") from exc
-    try:
-        yield client
-    except CoordinatorClientError as exc:
-        sys.exit(remote_failure(exc))
-    except KeyboardInterrupt:
-        sys.exit(130)
-    finally:
-        client.close()
 
 
 def _poll(client: ErasureClient, erasure: dict[str, Any], interval_s: float) -> dict[str, Any]:

@@ -37,14 +37,15 @@ from baml_studio.cli_query import (
     MIB,
     TOKEN_OPTION,
     BudgetDefaults,
-    connect,
+    F,
     exit_code,
     failure_exit,
+    format_option,
     parse_duration,
     remote_budget,
-    remote_failure,
     remote_option,
     render,
+    session,
 )
 
 if TYPE_CHECKING:
@@ -66,20 +67,23 @@ def jobs() -> None:
     """
 
 
-@contextlib.contextmanager
-def _client(remote: str, token: str | None) -> Iterator[CoordinatorClient]:
-    """The client; a coordinator error becomes its message and exit code, Ctrl-C exit 130."""
-    from baml_studio.coordinator.client import CoordinatorClientError
+def _client(remote: str, token: str | None) -> contextlib.AbstractContextManager[CoordinatorClient]:
+    """The client for a block (:func:`~baml_studio.cli_query.session`)."""
+    from baml_studio.coordinator.client import CoordinatorClient
 
-    client = connect(remote, token)
-    try:
-        yield client
-    except CoordinatorClientError as exc:
-        sys.exit(remote_failure(exc))
-    except KeyboardInterrupt:
-        sys.exit(130)
-    finally:
-        client.close()
+    return session(remote, token, CoordinatorClient)
+
+
+def _job_command(name: str) -> Callable[[F], click.Command]:
+    """``jobs NAME JOB --remote URL [--token T]`` running the decorated function."""
+
+    def decorate(function: F) -> click.Command:
+        function = TOKEN_OPTION(function)
+        function = remote_option(required=True)(function)
+        function = click.argument("job_id", metavar="JOB")(function)
+        return jobs.command(name)(function)
+
+    return decorate
 
 
 def _print_job(job: dict[str, Any]) -> None:
@@ -142,10 +146,7 @@ def start(
         _print_job(job)
 
 
-@jobs.command("status")
-@click.argument("job_id", metavar="JOB")
-@remote_option(required=True)
-@TOKEN_OPTION
+@_job_command("status")
 def status(job_id: str, remote: str, token: str | None) -> None:
     """Print a job's state, progress, rows so far and snapshot (GET /v1/query-jobs/JOB).
 
@@ -157,10 +158,7 @@ def status(job_id: str, remote: str, token: str | None) -> None:
         _print_job(client.get_job(job_id))
 
 
-@jobs.command("cancel")
-@click.argument("job_id", metavar="JOB")
-@remote_option(required=True)
-@TOKEN_OPTION
+@_job_command("cancel")
 def cancel(job_id: str, remote: str, token: str | None) -> None:
     """Cancel a queued or running job (DELETE /v1/query-jobs/JOB); print it afterwards.
 
@@ -174,10 +172,7 @@ def cancel(job_id: str, remote: str, token: str | None) -> None:
         _print_job(client.cancel_job(job_id))
 
 
-@jobs.command("watch")
-@click.argument("job_id", metavar="JOB")
-@remote_option(required=True)
-@TOKEN_OPTION
+@_job_command("watch")
 @click.option("--interval", default="1s", show_default=True, help="Time between polls, e.g. 500ms.")
 def watch(job_id: str, remote: str, token: str | None, interval: str) -> None:
     """Poll a job with a progress bar on standard error until it ends; print the final job.
@@ -266,10 +261,7 @@ def _advance(bar: Any, job: dict[str, Any]) -> None:
     bar.update(max(target - bar.pos, 0), text)
 
 
-@jobs.command("download")
-@click.argument("job_id", metavar="JOB")
-@remote_option(required=True)
-@TOKEN_OPTION
+@_job_command("download")
 @click.option(
     "--output",
     "-o",
@@ -277,14 +269,7 @@ def _advance(bar: Any, job: dict[str, Any]) -> None:
     default=None,
     help="Write here (atomically: a temp file renamed when complete) instead of stdout.",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json", "jsonl"]),
-    default="jsonl",
-    show_default=True,
-    help="Output shape, as for `query`.",
-)
+@format_option("jsonl", "Output shape, as for `query`.")
 def download(job_id: str, remote: str, token: str | None, output: Path | None, fmt: str) -> None:
     """Download a succeeded job's result (GET /v1/query-jobs/JOB/result), rows then outcome.
 

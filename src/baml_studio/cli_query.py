@@ -20,6 +20,7 @@ remote result in ``table`` format prints no header line.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -61,6 +62,8 @@ class BudgetDefaults:
 REMOTE_DEFAULTS = BudgetDefaults(10_000, "30s", 64 * MIB, 256 * MIB)
 """``query --remote``: the local engine's row and wall defaults; results up to 64 MiB."""
 F = TypeVar("F", bound=Callable[..., Any])
+C = TypeVar("C", bound="CoordinatorClient")
+FORMATS = ("table", "json", "jsonl")
 
 
 class StreamedResult(Protocol):
@@ -126,6 +129,18 @@ def exit_code(outcome: dict[str, Any]) -> int:
     return OUTCOME_EXIT.get(str(state), 5)
 
 
+def format_option(default: str, help: str) -> Callable[[F], F]:
+    """``--format`` (``fmt``): one of :data:`FORMATS`, as :func:`render` writes them."""
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(FORMATS),
+        default=default,
+        show_default=True,
+        help=help,
+    )
+
+
 def remote_option(required: bool) -> Callable[[F], F]:
     return click.option(
         "--remote",
@@ -168,14 +183,7 @@ MAX_PRIVATE_BYTES_OPTION = click.option(
     default=None,
     help="The profiles-v1 store (default: $BAML_PROFILE_DIR or ./.baml/profiles-v1).",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json", "jsonl"]),
-    default="table",
-    show_default=True,
-    help="Output shape.",
-)
+@format_option("table", "Output shape.")
 @click.option("--schema", "show_schema", is_flag=True, help="Print the catalog schema as JSON.")
 @click.option("--table", "table_name", default=None, help="With --schema: only this relation.")
 @click.option("--explain", is_flag=True, help="Print the query plan instead of running it.")
@@ -235,18 +243,15 @@ def query(
     """
     _check_options(ctx, remote)
     if remote is not None:
+        from baml_studio.coordinator.client import CoordinatorClient
+
         if sql is None:
             raise click.UsageError("give a SQL statement, or - to read it from standard input")
         if sql == "-":
             sql = sys.stdin.read()
         budget = remote_budget(max_rows, max_wall, max_bytes, max_private_bytes, REMOTE_DEFAULTS)
-        client = connect(remote, token)
-        try:
+        with session(remote, token, CoordinatorClient) as client:
             sys.exit(_run_remote(client, sql, fmt, budget, environment))
-        except KeyboardInterrupt:
-            sys.exit(130)
-        finally:
-            client.close()
     from baml_studio.catalog.local import LocalStoreSource
     from baml_studio.query import QueryBudgets, QueryEngine, QueryError
     from baml_studio.store.config import resolve_store_root
@@ -369,16 +374,27 @@ def remote_budget(
     return RequestBudget(wall_ms, rows, size, private)
 
 
-def connect(remote: str, token: str | None) -> CoordinatorClient:
-    """A client of the coordinator at ``remote``, or a usage error naming the fix."""
-    from baml_studio.coordinator.client import CoordinatorClient
+@contextlib.contextmanager
+def session(remote: str, token: str | None, client_type: Callable[[str, str], C]) -> Iterator[C]:
+    """A client (``client_type(remote, token)``: a :class:`CoordinatorClient`) of the data plane
+    at ``remote`` for the block, or a usage error naming the fix. A coordinator error in the
+    block becomes its message and exit code (:func:`remote_failure`); Ctrl-C exit 130."""
+    from baml_studio.coordinator.client import CoordinatorClientError
 
     if not token:
         raise click.UsageError("--remote needs a user token: give --token or set BAML_USER_TOKEN")
     try:
-        return CoordinatorClient(remote, token)
+        client = client_type(remote, token)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--remote") from exc
+    try:
+        yield client
+    except CoordinatorClientError as exc:
+        sys.exit(remote_failure(exc))
+    except KeyboardInterrupt:
+        sys.exit(130)
+    finally:
+        client.close()
 
 
 def remote_failure(exc: CoordinatorClientError) -> int:

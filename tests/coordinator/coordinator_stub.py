@@ -11,15 +11,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import socket
 import threading
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
@@ -35,10 +32,9 @@ from baml_studio.apierrors import (
     error_body,
 )
 from baml_studio.coordinator.run import QueryRequest, outcome_line, row_line
+from projector.projector_control_rig import serve
 
 TOKEN = "good-token"
-START_TIMEOUT_S = 10.0
-AsgiApp = Callable[[Any, Any, Any], Awaitable[None]]
 
 ROWS: list[dict[str, Any]] = [
     {"call_id": "c1", "fqn": "ExtractInvoice", "args": {"document": "INV-1"}, "output": None},
@@ -159,6 +155,12 @@ class StubCoordinator:
     release: threading.Event = field(default_factory=threading.Event)
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
+    def reset(self) -> None:
+        """Forget the requests seen and any pending 503s (the jobs stay)."""
+        self.seen.clear()
+        self.blob_seen.clear()
+        self.flaky_gets = 0
+
     def app(self) -> Starlette:
         return Starlette(
             routes=[
@@ -275,48 +277,14 @@ def _error(exc: ApiError, request: Request) -> JSONResponse:
     return JSONResponse(error_body(exc, request_id), exc.status)
 
 
-def _bound_socket() -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    return sock
-
-
-def closed_port_url() -> str:
-    """The URL of a port nothing listens on (bound, then closed)."""
-    sock = _bound_socket()
-    port = sock.getsockname()[1]
-    sock.close()
-    return f"http://127.0.0.1:{port}"
-
-
-@contextmanager
-def serve(app: AsgiApp) -> Iterator[str]:
-    """Run ``app`` under uvicorn on 127.0.0.1 in a thread; yield its base URL (as in
-    ``tests/projector/projector_control_rig.py``)."""
-    sock = _bound_socket()
-    config = uvicorn.Config(app, log_level="critical", lifespan="off", access_log=False)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.01)  # readiness poll of the server thread, bounded by the deadline
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(START_TIMEOUT_S)
-        sock.close()
-
-
 @contextmanager
 def stub_coordinator() -> Iterator[tuple[StubCoordinator, str]]:
     """The stub and its base URL, with the result server on another port."""
     stub = StubCoordinator()
-    with serve(stub.blob_app()) as blob_url, serve(stub.app()) as url:
+    with (
+        serve(stub.blob_app(), log_level="critical") as blob_url,
+        serve(stub.app(), log_level="critical") as url,
+    ):
         stub.blob_url = blob_url
         try:
             yield stub, url

@@ -12,40 +12,20 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from coordinator_stub import (
-    ROWS,
-    TOKEN,
-    StubCoordinator,
-    closed_port_url,
-    lines_of,
-    outcome,
-    stub_coordinator,
-)
+from coordinator_stub import ROWS, TOKEN, StubCoordinator, lines_of, outcome
 
 from baml_studio.cli import main
 from baml_studio.cli_query import render
 from baml_studio.workload import run_workload
+from projector.projector_control_rig import closed_port_url
 
 FORMATS = ("table", "json", "jsonl")
 LOCAL_SQL = "SELECT call_id, fqn, args, output FROM calls ORDER BY call_id LIMIT 6"
 
 
-@pytest.fixture(scope="module")
-def served() -> Iterator[tuple[StubCoordinator, str]]:
-    with stub_coordinator() as pair:
-        yield pair
-
-
 @pytest.fixture
-def stub(served: tuple[StubCoordinator, str]) -> StubCoordinator:
-    served[0].seen.clear()
-    served[0].flaky_gets = 0
-    return served[0]
-
-
-@pytest.fixture
-def url(served: tuple[StubCoordinator, str], stub: StubCoordinator) -> str:
-    return served[1]
+def url(stub_served: tuple[StubCoordinator, str], stub: StubCoordinator) -> str:
+    return stub_served[1]
 
 
 def invoke(args: list[str], token: str | None = TOKEN, stdin: str | None = None) -> Result:

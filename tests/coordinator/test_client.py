@@ -10,14 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from coordinator_stub import (
-    ROWS,
-    TOKEN,
-    StubCoordinator,
-    closed_port_url,
-    outcome,
-    stub_coordinator,
-)
+from coordinator_stub import ROWS, TOKEN, StubCoordinator, outcome
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -30,6 +23,7 @@ from baml_studio.coordinator.client import (
     RemoteResult,
 )
 from baml_studio.coordinator.run import QueryRequest, RequestBudget, outcome_line, row_line
+from projector.projector_control_rig import closed_port_url
 
 UUID7 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 BUDGET = RequestBudget(5000, 100, 1 << 20, 1 << 24)
@@ -39,22 +33,9 @@ def request(sql: str, **kw: Any) -> QueryRequest:
     return QueryRequest(sql, (), "v1", BUDGET, **kw)
 
 
-@pytest.fixture(scope="module")
-def served() -> Iterator[tuple[StubCoordinator, str]]:
-    with stub_coordinator() as pair:
-        yield pair
-
-
 @pytest.fixture
-def stub(served: tuple[StubCoordinator, str]) -> StubCoordinator:
-    served[0].seen.clear()
-    served[0].blob_seen.clear()
-    return served[0]
-
-
-@pytest.fixture
-def client(served: tuple[StubCoordinator, str]) -> Iterator[CoordinatorClient]:
-    with CoordinatorClient(served[1], TOKEN, timeout_s=5) as made:
+def client(stub_served: tuple[StubCoordinator, str]) -> Iterator[CoordinatorClient]:
+    with CoordinatorClient(stub_served[1], TOKEN, timeout_s=5) as made:
         yield made
 
 
@@ -114,8 +95,10 @@ def test_a_broken_stream_is_incomplete_not_an_exception(
     assert final["snapshot"]["catalogVersion"] == "v1"
 
 
-def test_a_read_timeout_mid_stream_is_incomplete(served: tuple[StubCoordinator, str]) -> None:
-    stub, url = served
+def test_a_read_timeout_mid_stream_is_incomplete(
+    stub_served: tuple[StubCoordinator, str],
+) -> None:
+    stub, url = stub_served
     stub.release.clear()
     fast = QueryRequest("SELECT hang", (), "v1", RequestBudget(1, 10, 1000, 0))
     try:
@@ -169,8 +152,9 @@ def test_a_body_that_is_not_an_error_response_still_gives_a_typed_error(
     assert info.value.message == "Bad Gateway"
 
 
-def test_a_wrong_token_is_401(served: tuple[StubCoordinator, str]) -> None:
-    with CoordinatorClient(served[1], "wrong") as client, pytest.raises(CoordinatorError) as info:
+def test_a_wrong_token_is_401(stub_served: tuple[StubCoordinator, str]) -> None:
+    wrong = CoordinatorClient(stub_served[1], "wrong")
+    with wrong as client, pytest.raises(CoordinatorError) as info:
         client.get_job("job_1")
     assert (info.value.status, info.value.code) == (401, "unauthenticated")
 

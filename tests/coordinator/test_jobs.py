@@ -46,6 +46,17 @@ def wait_state(rig: Rig, job_id: str, state: str) -> dict[str, Any]:
     )
 
 
+def held_and_queued(rig: Rig, hold_at: int) -> tuple[FakeRun, FakeRun, str, str]:
+    """On a one-worker rig: a job whose run holds at row ``hold_at``, then a second job queued
+    behind it; their runs and their job ids."""
+    held, waiting = FakeRun(hold_at=hold_at), FakeRun()
+    rig.start.queued += [held, waiting]
+    first, _ = rig.manager.create(query(), user(), "prod")
+    held.holding.wait(10)
+    second, _ = rig.manager.create(query("SELECT 2"), user(), "prod")
+    return held, waiting, first["job_id"], second["job_id"]
+
+
 def result_key(job_id: str) -> str:
     return f"tmp/query-results/t1/p1/prod/{job_id}.ndjson"
 
@@ -127,19 +138,15 @@ def test_idempotency_key_is_per_scope(rig: Rig) -> None:
 
 def test_cancel_a_queued_job_it_never_starts(tmp_path: Path) -> None:
     with job_rig(tmp_path, workers=1) as rig:
-        blocker, waiting = FakeRun(hold_at=0), FakeRun()
-        rig.start.queued += [blocker, waiting]
-        first, _ = rig.manager.create(query(), user(), "prod")
-        blocker.holding.wait(10)
-        second, _ = rig.manager.create(query("SELECT 2"), user(), "prod")
-        assert state_of(rig, second["job_id"]) == "queued"
-        cancelled = rig.manager.cancel(second["job_id"], user())
+        blocker, waiting, first, second = held_and_queued(rig, hold_at=0)
+        assert state_of(rig, second) == "queued"
+        cancelled = rig.manager.cancel(second, user())
         assert cancelled["state"] == "cancelled" and waiting.cancelled.is_set()
         blocker.release()
-        wait_state(rig, first["job_id"], "succeeded")
+        wait_state(rig, first, "succeeded")
         rig.manager.close()
         assert not waiting.started.is_set()
-        assert state_of(rig, second["job_id"]) == "cancelled"
+        assert state_of(rig, second) == "cancelled"
 
 
 def test_cancel_a_running_job(rig: Rig) -> None:
@@ -296,15 +303,11 @@ def test_expiry_cancels_a_job_still_running(tmp_path: Path) -> None:
 
 def test_restart_fails_queued_and_running_jobs(tmp_path: Path) -> None:
     with job_rig(tmp_path, workers=1) as rig:
-        running, queued = FakeRun(hold_at=1), FakeRun()
-        rig.start.queued += [running, queued]
-        first, _ = rig.manager.create(query(), user(), "prod")
-        running.holding.wait(10)
-        second, _ = rig.manager.create(query("SELECT 2"), user(), "prod")
+        running, _, first, second = held_and_queued(rig, hold_at=1)
         reopened = JobStore(rig.path, clock=rig.clock)  # what the next process does
         try:
-            assert {r.job_id for r in reopened.recovered} == {first["job_id"], second["job_id"]}
-            for job_id in (first["job_id"], second["job_id"]):
+            assert {r.job_id for r in reopened.recovered} == {first, second}
+            for job_id in (first, second):
                 record = reopened.get(job_id)
                 assert record is not None and record.state == "failed"
                 assert record.error is not None and record.error["code"] == "coordinator_restarted"
@@ -315,7 +318,7 @@ def test_restart_fails_queued_and_running_jobs(tmp_path: Path) -> None:
                 check_schema("QueryJob", record.to_json(BASE))
             running.release()
             rig.manager.close()  # the old process's late workers cannot move a failed job
-            assert rig.store.get(first["job_id"]).state == "failed"  # type: ignore[union-attr]
+            assert rig.store.get(first).state == "failed"  # type: ignore[union-attr]
             assert list(rig.objects.list("tmp/")) == []
         finally:
             reopened.close()

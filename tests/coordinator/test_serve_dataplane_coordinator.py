@@ -5,12 +5,8 @@ tokens with the control plane's published keys."""
 from __future__ import annotations
 
 import json
-import os
-import socket
 import ssl
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,12 +16,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "control"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "projector"))
 
+from dataplane_process import dataplane_process
 from projector_control_rig import SCOPE_A, ControlRig, control_plane
 from test_tls import Authority
 
 from baml_studio.control.identity import TokenIssuer
 
-CLI = [sys.executable, "-m", "baml_studio.cli"]
 BUDGET = {
     "max_wall_ms": 30_000,
     "max_result_rows": 1000,
@@ -34,46 +30,27 @@ BUDGET = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def served(
     tmp_path: Path, chdb_dsn: str, fact_database: str
 ) -> Iterator[tuple[str, ssl.SSLContext, ControlRig]]:
     authority = Authority(tmp_path, "dp")
     server = authority.issue("dataplane", server=True)
-    with control_plane(tmp_path / "control", chdb_dsn, fact_database) as rig:
-        port = _free_port()
-        process = subprocess.Popen(
-            [*CLI, "serve", "dataplane", "--data", str(tmp_path / "dataplane"), "--port",
-             str(port), "--control-plane", rig.url, "--tls-cert", str(server.cert),
-             "--tls-key", str(server.key), "--studio-origin", "https://studio.example.com"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", "BAML_WORKLOAD_TOKEN": rig.token_a},
-        )  # fmt: skip
-        context = ssl.create_default_context(cafile=str(authority.path))
-        url = f"https://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(f"{url}/v1/publisher/config", verify=context, timeout=1)
-                break
-            except httpx.TransportError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                raise AssertionError(f"serve dataplane did not start: {process.stderr.read()!r}")
-            time.sleep(0.1)  # readiness poll of the child process, bounded by the deadline
-        try:
-            yield url, context, rig
-        finally:
-            process.terminate()
-            process.wait(timeout=20)
+    context = ssl.create_default_context(cafile=str(authority.path))
+    tls = ["--tls-cert", str(server.cert), "--tls-key", str(server.key)]
+    with (
+        control_plane(tmp_path / "control", chdb_dsn, fact_database) as rig,
+        dataplane_process(
+            tmp_path / "dataplane",
+            rig.url,
+            rig.token_a,
+            *tls,
+            "--studio-origin",
+            "https://studio.example.com",
+            verify=context,
+        ) as url,
+    ):
+        yield url, context, rig
 
 
 def test_the_dataplane_process_serves_queries_over_https(

@@ -3,9 +3,6 @@ a process, real user tokens, the erasures file under ``DIR/erasures/``."""
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -17,49 +14,22 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "coordinator"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "projector"))
 
+from dataplane_process import dataplane_process
 from projector_control_rig import SCOPE_A, ControlRig, control_plane
 from test_jobs_fakes import check_schema
 
 from baml_studio.control.identity import TokenIssuer
 
-CLI = [sys.executable, "-m", "baml_studio.cli"]
 EMPTY_RANGE = {"time_range": {"start": "2026-01-01T00:00:00Z", "end": "2026-01-02T00:00:00Z"}}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
 def served(tmp_path: Path, chdb_dsn: str, fact_database: str) -> Iterator[tuple[str, ControlRig]]:
-    with control_plane(tmp_path / "control", chdb_dsn, fact_database) as rig:
-        port = _free_port()
-        process = subprocess.Popen(
-            [*CLI, "serve", "dataplane", "--data", str(tmp_path / "dataplane"), "--port",
-             str(port), "--control-plane", rig.url],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", "BAML_WORKLOAD_TOKEN": rig.token_a},
-        )  # fmt: skip
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(f"{url}/v1/publisher/config", timeout=1)
-                break
-            except httpx.TransportError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                raise AssertionError(f"serve dataplane did not start: {process.stderr.read()!r}")
-            time.sleep(0.1)  # readiness poll of the child process, bounded by the deadline
-        try:
-            yield url, rig
-        finally:
-            process.terminate()
-            process.wait(timeout=20)
+    with (
+        control_plane(tmp_path / "control", chdb_dsn, fact_database) as rig,
+        dataplane_process(tmp_path / "dataplane", rig.url, rig.token_a) as url,
+    ):
+        yield url, rig
 
 
 def test_the_dataplane_process_serves_erasures(

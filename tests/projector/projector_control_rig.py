@@ -75,10 +75,10 @@ def closed_port_url() -> str:
 
 
 @contextmanager
-def serve(app: AsgiApp) -> Iterator[str]:
+def serve(app: AsgiApp, log_level: str = "warning") -> Iterator[str]:
     """Run ``app`` under uvicorn on 127.0.0.1 in a thread; yield its base URL."""
     sock = bound_socket()
-    config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
+    config = uvicorn.Config(app, log_level=log_level, lifespan="off", access_log=False)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 from publisher_env import TOKEN, FakeEnv
 from publisher_fake_gateway import FakeGateway, free_port, make_bucket, serve_fake
+from publisher_real_gateway import FAMILIES
 
 from baml_studio.workload import run_workload
 
@@ -16,6 +17,13 @@ def fake_env(tmp_path: Path) -> Iterator[FakeEnv]:
     gateway = FakeGateway(make_bucket(tmp_path / "bucket", port), {TOKEN})
     with serve_fake(gateway, port) as url:
         yield FakeEnv(gateway, url, port)
+
+
+@pytest.fixture(params=FAMILIES)
+def family(request: pytest.FixtureRequest) -> tuple[str, str | None]:
+    """Each adapter family in turn: (family, ministack endpoint or None)."""
+    endpoint = request.getfixturevalue("ministack_endpoint") if request.param == "s3" else None
+    return request.param, endpoint
 
 
 @pytest.fixture(scope="session")

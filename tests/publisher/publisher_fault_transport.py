@@ -1,6 +1,9 @@
 """Fault injection for publisher tests through ``GatewayClient``'s ``transport`` seam: count
 presigned PUTs per object key, lose exactly one PUT's response after the object was stored, or
-hold one PUT (after it landed) so a test can SIGKILL the process mid-flush.
+hold one PUT (after it landed) so a test can SIGKILL the process mid-flush. It also records each
+authorize call (objects sent, status, error code) and can answer the next config read with
+stale limits (the real answer with some fields replaced), as if the gateway's limits changed
+after the publisher last read them.
 
 ``python publisher_fault_transport.py STORE URL TOKEN LOG [HOLD_SUFFIX MARKER]`` runs one flush
 in a fresh process, appending each landed key to LOG; with HOLD_SUFFIX it performs the first PUT
@@ -14,6 +17,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -24,6 +28,18 @@ import baml_studio.publisher.publisher as publisher_module
 from baml_studio.publisher.client import GatewayClient
 
 KEY_ROOT = "evidence/v1/"
+CONFIG_PATH = "/v1/publisher/config"
+AUTHORIZE_PATH = "/v1/uploads/authorize"
+
+
+@dataclass(frozen=True)
+class AuthorizeCall:
+    """One ``POST /v1/uploads/authorize`` as the gateway answered it."""
+
+    objects: int
+    status: int
+    code: str | None
+    """``error.code`` of an error answer."""
 
 
 def key_of(url: httpx.URL) -> str:
@@ -51,8 +67,16 @@ class FaultTransport(httpx.BaseTransport):
         self.puts: list[str] = []
         """Keys of every PUT sent, in order (including the one whose response was lost)."""
         self.lost: str | None = None
+        self.authorizations: list[AuthorizeCall] = []
+        self.config_reads = 0
+        self.stale_config: dict[str, Any] | None = None
+        """Fields that replace the gateway's in the next config answer (then cleared)."""
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "GET" and request.url.path.endswith(CONFIG_PATH):
+            return self._config(request)
+        if request.method == "POST" and request.url.path.endswith(AUTHORIZE_PATH):
+            return self._authorize(request)
         if request.method != "PUT":
             return self._inner.handle_request(request)
         key = key_of(request.url)
@@ -81,6 +105,29 @@ class FaultTransport(httpx.BaseTransport):
             raise httpx.ReadError("injected: the response was lost", request=request)
         return response
 
+    def _config(self, request: httpx.Request) -> httpx.Response:
+        response = self._inner.handle_request(request)
+        body = response.read()
+        response.close()
+        with self._lock:
+            self.config_reads += 1
+            stale, self.stale_config = self.stale_config, None
+        if stale is None or response.status_code != 200:
+            return _replay(response, body)
+        return httpx.Response(200, json=json.loads(body) | stale, request=request)
+
+    def _authorize(self, request: httpx.Request) -> httpx.Response:
+        objects = len(json.loads(request.content)["objects"])
+        response = self._inner.handle_request(request)
+        body = response.read()
+        response.close()
+        code = None
+        if response.status_code >= 400:
+            code = json.loads(body)["error"]["code"]
+        with self._lock:
+            self.authorizations.append(AuthorizeCall(objects, response.status_code, code))
+        return _replay(response, body)
+
     def _take(self, key: str, attribute: str) -> bool:
         suffix = getattr(self, attribute)
         if suffix is None or not key.endswith(suffix):
@@ -93,6 +140,13 @@ class FaultTransport(httpx.BaseTransport):
 
     def close(self) -> None:
         self._inner.close()
+
+
+def _replay(response: httpx.Response, body: bytes) -> httpx.Response:
+    """A read response again (``body`` is decoded: its encoding and length headers go)."""
+    dropped = {"content-encoding", "content-length", "transfer-encoding"}
+    headers = [(k, v) for k, v in response.headers.items() if k.lower() not in dropped]
+    return httpx.Response(response.status_code, headers=headers, content=body)
 
 
 def client_class(transport: httpx.BaseTransport) -> type[GatewayClient]:

@@ -1,20 +1,22 @@
 """The real gateway on 127.0.0.1 for publisher tests and the benchmark, over either adapter
 family: the embedded defaults (directory bucket + SQLite queue under a data dir) or S3 + SQS on
 ministack, wired by ``open_dataplane`` with ``s3_notifications: "configure"`` exactly as
-``serve dataplane --setup-s3`` does."""
+``serve dataplane --setup-s3`` does. ``limits`` replaces the served (and enforced) publisher
+limits; ``port`` and ``name`` let a test stop a data plane and start it again at the same URL over
+the same bucket and queue (the directory family keeps them under its data dir)."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from publisher_fake_gateway import free_port, serve_fake
 
-from baml_studio.gateway.config import Scope
+from baml_studio.gateway.config import GatewayConfig, PublisherLimits, Scope
 from baml_studio.gateway.service import (
     Dataplane,
     DataplaneConfig,
@@ -77,10 +79,15 @@ class RealGateway:
 
 
 @contextmanager
-def real_gateway(data_dir: Path) -> Iterator[tuple[str, str, Any]]:
+def real_gateway(
+    data_dir: Path, *, limits: PublisherLimits | None = None, port: int | None = None
+) -> Iterator[tuple[str, str, Any]]:
     """The embedded defaults; yields (base URL, publisher token, Dataplane)."""
-    port = free_port()
-    dataplane = open_dataplane(load_dataplane_config(data_dir, host="127.0.0.1", port=port))
+    port = port or free_port()
+    config = load_dataplane_config(data_dir, host="127.0.0.1", port=port)
+    if limits is not None:
+        config = replace(config, gateway=replace(config.gateway, limits=limits))
+    dataplane = open_dataplane(config)
     dataplane.environments.add(SCOPE)
     token = mint_publisher_token(dataplane.keys.load(), SCOPE, 3600)
     try:
@@ -92,20 +99,27 @@ def real_gateway(data_dir: Path) -> Iterator[tuple[str, str, Any]]:
 
 @contextmanager
 def real_gateway_family(
-    family: str, data_dir: Path, ministack_endpoint: str | None = None
+    family: str,
+    data_dir: Path,
+    ministack_endpoint: str | None = None,
+    *,
+    limits: PublisherLimits | None = None,
+    port: int | None = None,
+    name: str | None = None,
 ) -> Iterator[RealGateway]:
     """The real gateway over ``family`` (one of ``FAMILIES``); S3 needs ``ministack_endpoint``
-    and gets a fresh versioned bucket and a fresh queue."""
+    and gets a fresh versioned bucket and a fresh queue, or those named ``name`` (created if
+    missing, reused otherwise)."""
     if family == "directory":
-        with real_gateway(data_dir) as (url, token, dataplane):
+        with real_gateway(data_dir, limits=limits, port=port) as (url, token, dataplane):
             assert dataplane.queue is not None
             yield RealGateway(family, url, token, dataplane, dataplane.queue, "evidence")
         return
     if family != "s3" or ministack_endpoint is None:
         raise ValueError(f"family {family!r} needs one of {FAMILIES} (s3 with an endpoint)")
-    suffix = uuid.uuid4().hex[:20]
+    bucket = name or f"pub-{uuid.uuid4().hex[:20]}"
     s3 = S3Config(
-        bucket=f"pub-{suffix}",
+        bucket=bucket,
         region=REGION,
         endpoint_url=ministack_endpoint,
         access_key_id=CREDENTIALS["aws_access_key_id"],
@@ -113,12 +127,13 @@ def real_gateway_family(
         max_attempts=2,
     )
     S3ObjectStore(s3, client=client("s3", ministack_endpoint)).ensure_bucket(versioning=True)
-    port = free_port()
+    port = port or free_port()
     config = DataplaneConfig(
         data_dir=data_dir,
         public_base_url=f"http://127.0.0.1:{port}",
+        gateway=GatewayConfig(limits=limits or PublisherLimits()),
         s3=s3,
-        sqs=SqsQueueConfig(name=f"pub-{suffix}", region=REGION, endpoint_url=ministack_endpoint),
+        sqs=SqsQueueConfig(name=bucket, region=REGION, endpoint_url=ministack_endpoint),
         s3_notifications="configure",
     )
     dataplane = open_dataplane(config)

@@ -137,3 +137,41 @@ def test_a_413_is_a_typed_problem_for_its_chunk(fake_env: FakeEnv, demo_store: P
     assert not [p for p in report.problems if not p.skipped and p.code is not ProblemCode.REJECTED]
     for batch in plan.streams:
         assert state.read_cursor(batch.euid) == batch.cursor
+
+
+class _Halving:
+    """The real client, but a 413 without details for any authorize call over ``most``."""
+
+    def __init__(self, inner: GatewayClient, most: int) -> None:
+        self.inner, self.most = inner, most
+        self.calls: list[tuple[int, bool]] = []
+        """(objects, accepted) per authorize call."""
+
+    def authorize(
+        self, process_euid: str, flush_id: str, objects: Sequence[Mapping[str, Any]]
+    ) -> list[Authorized]:
+        accepted = len(objects) <= self.most
+        self.calls.append((len(objects), accepted))
+        if not accepted:
+            raise GatewayRejected("413 request_too_large", status=413, code="request_too_large")
+        return self.inner.authorize(process_euid, flush_id, objects)
+
+    def put(self, url: str, headers: Mapping[str, str], body: bytes) -> PutOutcome:
+        return self.inner.put(url, headers, body)
+
+
+def test_a_413_without_details_halves_the_request_until_it_fits(
+    fake_env: FakeEnv, demo_store: Path
+) -> None:
+    client = GatewayClient(fake_env.url, TOKEN)
+    state = PublishState(demo_store)
+    plan = collect_flush(demo_store, client.get_config(), level=3, now=0, first_seen={},
+                         block_seconds=60, state=state)  # fmt: skip
+    port = _Halving(client, most=3)
+    report = run_flush(plan, port, state, max_objects=100)
+    client.close()
+    assert report.complete and not report.problems, report.problems
+    refused = [n for n, ok in port.calls if not ok]
+    assert refused and max(refused) > 3 and report.too_large_answers == len(refused)
+    assert sum(n for n, ok in port.calls if ok) == plan.objects  # each object authorized once
+    assert len(set(fake_env.gateway.puts)) == len(fake_env.gateway.puts) == plan.objects

@@ -19,7 +19,6 @@ carry ``Retry-After``. Logs carry ids and states, never SQL text, tokens or fact
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Awaitable, Callable
 
 from starlette.applications import Starlette
@@ -36,25 +35,16 @@ from baml_studio.apierrors import (
     Forbidden,
     MethodNotAllowed,
     NotFound,
-    error_body,
-    error_headers,
 )
 from baml_studio.control.service import Answer, ControlPlane
 from baml_studio.httpbody import read_body
+from baml_studio.httproutes import REQUEST_ID_HEADER, Refusals
 
 log = logging.getLogger(__name__)
 
 AsgiApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-REQUEST_ID_HEADER = "x-baml-request-id"
 MAX_JSON_BODY = 1024 * 1024
-
-
-def error_response(error: ApiError, request_id: str | None) -> JSONResponse:
-    return JSONResponse(
-        error_body(error, request_id or f"cp_{uuid.uuid4().hex}"),
-        status_code=error.status,
-        headers=error_headers(error, realm="baml-workload"),
-    )
+_REFUSALS = Refusals(log, id_prefix="cp", realm="baml-workload")
 
 
 def _respond(answer: Answer) -> Response:
@@ -91,14 +81,7 @@ def create_app(control: ControlPlane) -> AsgiApp:
             body = await read_body(request, limit) if request.method in ("PUT", "POST") else b""
             answer = await run_in_threadpool(call, headers, body)
         except ApiError as exc:
-            log.info(
-                "%s refused request_id=%s status=%d code=%s",
-                operation,
-                request_id,
-                exc.status,
-                exc.code,
-            )
-            return error_response(exc, request_id)
+            return _REFUSALS.refused(operation, exc, request_id)
         return _respond(answer)
 
     async def projection_schemas(request: Request) -> Response:
@@ -134,7 +117,7 @@ def create_app(control: ControlPlane) -> AsgiApp:
         try:
             return _respond(await run_in_threadpool(control.revocations))
         except ApiError as exc:
-            return error_response(exc, request.headers.get(REQUEST_ID_HEADER))
+            return _REFUSALS.response(exc, request.headers.get(REQUEST_ID_HEADER))
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -149,7 +132,7 @@ def create_app(control: ControlPlane) -> AsgiApp:
         else:
             error = ApiError(f"HTTP {status}")
             error.status = status
-        response = error_response(error, request.headers.get(REQUEST_ID_HEADER))
+        response = _REFUSALS.response(error, request.headers.get(REQUEST_ID_HEADER))
         if isinstance(exc, HTTPException) and exc.headers:
             response.headers.update(exc.headers)
         return response
@@ -161,7 +144,7 @@ def create_app(control: ControlPlane) -> AsgiApp:
             type(exc).__name__,
             exc_info=exc,
         )
-        return error_response(
+        return _REFUSALS.response(
             ApiError("internal error; retry later or report it"),
             request.headers.get(REQUEST_ID_HEADER),
         )

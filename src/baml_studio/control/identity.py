@@ -432,6 +432,14 @@ class UserIdentity:
             )
         return Scope(self.tenant, self.project, environment)
 
+    def grants(self, scope: Scope) -> bool:
+        """Whether ``scope`` is the token's tenant and project and one of its environments."""
+        return (
+            scope.tenant == self.tenant
+            and scope.project == self.project
+            and scope.environment in self.environments
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class WorkloadIdentity:

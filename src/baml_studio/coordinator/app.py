@@ -29,16 +29,16 @@ from starlette.types import ASGIApp
 
 from baml_studio.apierrors import ApiError, BadRequest
 from baml_studio.control.identity import UserIdentity
-from baml_studio.coordinator.app_jobs import error_response
 from baml_studio.coordinator.run import QueryRequest, QueryRun
 from baml_studio.httpbody import read_body
+from baml_studio.httproutes import REQUEST_ID_HEADER, Refusals
 
 log = logging.getLogger(__name__)
-REQUEST_ID = "x-baml-request-id"
 NDJSON = "application/x-ndjson"
 MAX_QUERY_BODY_BYTES = 1024 * 1024
 CHUNK_BYTES = 64 * 1024
 CHUNK_SECONDS = 0.05
+_REFUSALS = Refusals(log, id_prefix="cq")
 
 Authenticate = Callable[[Mapping[str, str]], UserIdentity]
 Start = Callable[[QueryRequest, UserIdentity], QueryRun]
@@ -103,7 +103,7 @@ class LineStream:
 def query_routes(start: Start, authenticate: Authenticate) -> list[BaseRoute]:
     async def execute(request: Request) -> Response:
         headers = {k.lower(): v for k, v in request.headers.items()}
-        request_id = headers.get(REQUEST_ID) or f"q_{uuid.uuid4().hex}"
+        request_id = headers.get(REQUEST_ID_HEADER) or f"q_{uuid.uuid4().hex}"
         try:
             identity = await run_in_threadpool(authenticate, headers)
             raw = await read_body(request, MAX_QUERY_BODY_BYTES)
@@ -116,9 +116,7 @@ def query_routes(start: Start, authenticate: Authenticate) -> list[BaseRoute]:
                 )
             run = await run_in_threadpool(start, query, identity)
         except ApiError as exc:
-            log.info("query refused request_id=%s status=%d code=%s", request_id, exc.status,
-                     exc.code)  # fmt: skip
-            return error_response(exc, request_id)
+            return _REFUSALS.refused("query", exc, request_id)
         stream = LineStream(run, request_id)
         return StreamingResponse(
             _body(stream),

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -27,32 +26,22 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from baml_studio.apierrors import ApiError, BadRequest, error_body, error_headers
+from baml_studio.apierrors import BadRequest
 from baml_studio.control.identity import UserIdentity
 from baml_studio.coordinator.jobs import JobManager
 from baml_studio.coordinator.run import QueryRequest
 from baml_studio.httpbody import read_body
+from baml_studio.httproutes import Refusals, idempotency_key
 
 log = logging.getLogger(__name__)
 
-REQUEST_ID_HEADER = "x-baml-request-id"
-IDEMPOTENCY_HEADER = "idempotency-key"
-MAX_IDEMPOTENCY_KEY_CHARS = 256
 MAX_JOB_BODY_BYTES = 1024 * 1024
 NDJSON = "application/x-ndjson"
 _NO_STORE = {"Cache-Control": "no-store"}
+_REFUSALS = Refusals(log, id_prefix="cq")
 
 Authenticate = Callable[[Request], UserIdentity]
 BaseUrl = Callable[[Request], str]
-
-
-def error_response(error: ApiError, request_id: str | None) -> JSONResponse:
-    """``error`` as an ``ErrorResponse`` with its status and headers."""
-    return JSONResponse(
-        error_body(error, request_id or f"cq_{uuid.uuid4().hex}"),
-        status_code=error.status,
-        headers=error_headers(error),
-    )
 
 
 def job_routes(
@@ -98,52 +87,17 @@ def job_routes(
         chunks = await run_in_threadpool(manager.result, request.path_params["job_id"], identity)
         return StreamingResponse(chunks, media_type=NDJSON, headers=_NO_STORE)
 
+    guarded = _REFUSALS.guarded
     return [
-        Route("/v1/query-jobs", _guarded("createQueryJob", create), methods=["POST"]),
-        Route("/v1/query-jobs/{job_id}", _guarded("getQueryJob", read), methods=["GET"]),
-        Route("/v1/query-jobs/{job_id}", _guarded("cancelQueryJob", cancel), methods=["DELETE"]),
+        Route("/v1/query-jobs", guarded("createQueryJob", create), methods=["POST"]),
+        Route("/v1/query-jobs/{job_id}", guarded("getQueryJob", read), methods=["GET"]),
+        Route("/v1/query-jobs/{job_id}", guarded("cancelQueryJob", cancel), methods=["DELETE"]),
         Route(
             "/v1/query-jobs/{job_id}/result",
-            _guarded("getQueryJobResult", result),
+            guarded("getQueryJobResult", result),
             methods=["GET"],
         ),
     ]
-
-
-def _guarded(
-    operation: str, handler: Callable[[Request], Awaitable[Response]]
-) -> Callable[[Request], Awaitable[Response]]:
-    """``handler`` with every :class:`ApiError` answered as an ``ErrorResponse``."""
-
-    async def endpoint(request: Request) -> Response:
-        try:
-            return await handler(request)
-        except ApiError as exc:
-            request_id = request.headers.get(REQUEST_ID_HEADER)
-            log.info(
-                "%s refused request_id=%s status=%d code=%s",
-                operation,
-                request_id,
-                exc.status,
-                exc.code,
-            )
-            return error_response(exc, request_id)
-
-    return endpoint
-
-
-def idempotency_key(request: Request) -> str | None:
-    """The optional ``Idempotency-Key``: 1 to 256 characters, else 400."""
-    value = request.headers.get(IDEMPOTENCY_HEADER)
-    if value is None:
-        return None
-    if not value or len(value) > MAX_IDEMPOTENCY_KEY_CHARS:
-        raise BadRequest(
-            f"Idempotency-Key has {len(value)} characters; send 1 to "
-            f"{MAX_IDEMPOTENCY_KEY_CHARS} (e.g. a UUID), or omit it",
-            code="invalid_idempotency_key",
-        )
-    return value
 
 
 def parse_job_request(body: bytes) -> QueryRequest:

@@ -27,10 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import time
 import uuid
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -38,6 +36,7 @@ import httpx
 
 from baml_studio.coordinator.run import QueryRequest
 from baml_studio.format.errors import BamlStudioError
+from baml_studio.httpclient import check_base_url, new_request_id
 
 STREAM_INCOMPLETE = "stream_incomplete"
 UNKNOWN = "unknown"
@@ -77,15 +76,6 @@ class CoordinatorUnavailable(CoordinatorClientError):
 
 class CoordinatorProtocolError(CoordinatorClientError):
     """A success answer whose body is not what openapi.yaml promises."""
-
-
-def new_request_id() -> str:
-    """A UUIDv7 (RFC 9562): 48-bit Unix milliseconds, version 7, variant 10, 74 random bits."""
-    millis = time.time_ns() // 1_000_000 & ((1 << 48) - 1)
-    rand = int.from_bytes(os.urandom(10), "big")
-    value = (millis << 80) | (0x7 << 76) | ((rand >> 62) & 0xFFF) << 64
-    value |= (0b10 << 62) | (rand & ((1 << 62) - 1))
-    return str(uuid.UUID(int=value))
 
 
 def stream_incomplete_outcome(
@@ -268,12 +258,7 @@ class CoordinatorClient:
         client: httpx.Client | None = None,
         timeout_s: float = 30.0,
     ) -> None:
-        try:
-            url = httpx.URL(base_url)
-        except httpx.InvalidURL as exc:
-            raise ValueError(f"coordinator URL {base_url!r} is not a URL: {exc}") from exc
-        if url.scheme not in ("http", "https") or not url.host:
-            raise ValueError(f"coordinator URL {base_url!r} must be http(s)://host[:port]")
+        check_base_url(base_url, "coordinator", "http(s)://host[:port]")
         if not token:
             raise ValueError("the user token is empty")
         self._base = base_url.rstrip("/")
@@ -389,18 +374,28 @@ def _job_path(job_id: str) -> str:
     return "/v1/query-jobs/" + quote(job_id, safe="")
 
 
-def _job(response: httpx.Response) -> dict[str, Any]:
+def answer_object(
+    response: httpx.Response, what: str, schema: str, fits: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any]:
+    """The JSON object of a success answer about ``what`` (``job``), or
+    :class:`CoordinatorProtocolError` when it is not JSON or not ``schema`` (``a QueryJob``):
+    an object that ``fits``."""
     try:
         body = json.loads(response.content)
     except ValueError as exc:
-        raise CoordinatorProtocolError(f"the job answer is not JSON: {exc}") from exc
-    if (
-        not isinstance(body, dict)
-        or not isinstance(body.get("job_id"), str)
-        or not isinstance(body.get("state"), str)
-    ):
-        raise CoordinatorProtocolError(f"the job answer is not a QueryJob: {body!r:.200}")
+        raise CoordinatorProtocolError(f"the {what} answer is not JSON: {exc}") from exc
+    if not isinstance(body, dict) or not fits(body):
+        raise CoordinatorProtocolError(f"the {what} answer is not {schema}: {body!r:.200}")
     return body
+
+
+def _job(response: httpx.Response) -> dict[str, Any]:
+    return answer_object(
+        response,
+        "job",
+        "a QueryJob",
+        lambda body: isinstance(body.get("job_id"), str) and isinstance(body.get("state"), str),
+    )
 
 
 def _error(response: httpx.Response, request_id: str) -> CoordinatorError:

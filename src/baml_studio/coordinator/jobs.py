@@ -45,6 +45,7 @@ from baml_studio.apierrors import (
     DependencyUnavailable,
     NotFound,
     TooManyRequests,
+    key_reused,
 )
 from baml_studio.control.identity import UserIdentity
 from baml_studio.coordinator.jobs_store import (
@@ -253,9 +254,7 @@ class JobManager:
         if (
             record is None
             or record.expires_at <= self._clock()
-            or record.scope.tenant != identity.tenant
-            or record.scope.project != identity.project
-            or record.scope.environment not in identity.environments
+            or not identity.grants(record.scope)
         ):
             raise NotFound(f"no query job {job_id!r} in this token's scope", code="job_not_found")
         return record
@@ -413,11 +412,12 @@ def _unexpired(record: JobRecord, now: float) -> JobRecord:
 
 def _replayed(record: JobRecord, canonical: str, base_url: str) -> dict[str, Any]:
     if record.request != canonical:
-        raise Conflict(
-            f"Idempotency-Key was already used for query job {record.job_id} with a different "
-            "request; send a new key for a new query",
-            code="idempotency_key_reused",
-            details={"job_id": record.job_id},
+        raise key_reused(
+            holder="query job",
+            holder_id=record.job_id,
+            id_field="job_id",
+            compared="request",
+            new="query",
         )
     return record.to_json(base_url)
 

@@ -1,4 +1,4 @@
-"""The durable record of background query jobs: one SQLite file (WAL, ``synchronous=FULL``).
+"""The durable record of background query jobs: one SQLite file (:mod:`baml_studio.sqlite_state`).
 
 A row per job holds its scope, the normalised request, the idempotency key, the state, the last
 persisted progress, the bound snapshot, the error of a failed job, the result object's key and
@@ -20,11 +20,8 @@ Errors::
 from __future__ import annotations
 
 import json
-import sqlite3
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,6 +31,7 @@ from baml_studio.apierrors import ApiError, DependencyUnavailable
 from baml_studio.coordinator.run import PHASES, Phase
 from baml_studio.gateway.config import Scope
 from baml_studio.publisher.state import new_ulid
+from baml_studio.sqlite_state import SqliteState, StoreSpec
 
 JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 ACTIVE_STATES: tuple[JobState, ...] = ("queued", "running")
@@ -88,6 +86,9 @@ class JobStoreUnavailable(DependencyUnavailable):
     """SQLite was locked or failed with an I/O error (transient)."""
 
     code = "job_store_unavailable"
+
+
+_SPEC = StoreSpec("query job", _SCHEMA, SCHEMA_VERSION, JobStoreError, JobStoreUnavailable)
 
 
 def new_job_id(now: float) -> str:
@@ -161,12 +162,6 @@ def _record(row: tuple[Any, ...]) -> JobRecord:
     )
 
 
-def _wrap(exc: sqlite3.Error | OSError, path: Path) -> ApiError:
-    if isinstance(exc, sqlite3.OperationalError | OSError):
-        return JobStoreUnavailable(f"query job store {path}: {exc}")
-    return JobStoreError(f"query job store {path}: {type(exc).__name__}: {exc}")
-
-
 class JobStore:
     """The jobs file at ``path``, shared by the threads of one coordinator process (one process
     per file: opening it declares every active job's process dead).
@@ -181,40 +176,22 @@ class JobStore:
     ) -> None:
         self.path = Path(path)
         self.spool_dir = self.path.with_name(self.path.name + ".spool")
-        self._lock = threading.Lock()
         try:
             self.spool_dir.mkdir(parents=True, exist_ok=True)
             for leftover in self.spool_dir.iterdir():
                 leftover.unlink(missing_ok=True)
-            self._conn = sqlite3.connect(
-                self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
-            )
-        except (OSError, sqlite3.Error) as exc:
-            raise _wrap(exc, self.path) from exc
+        except OSError as exc:
+            raise _SPEC.wrap(exc, self.path) from exc
+        self._db = SqliteState(self.path, _SPEC, busy_timeout_s=busy_timeout_s)
         try:
-            self._initialise()
             self.recovered = self._fail_unfinished(clock())
         except BaseException:
-            self._conn.close()
+            self._db.close()
             raise
-
-    def _initialise(self) -> None:
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=FULL")
-        with self._transaction() as conn:
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, SCHEMA_VERSION):
-                raise JobStoreError(
-                    f"{self.path}: query job schema version {version} is not supported (this "
-                    f"version reads {SCHEMA_VERSION}); use a newer baml-studio or move the file"
-                )
-            for statement in _SCHEMA.split(";"):
-                conn.execute(statement)
-            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def _fail_unfinished(self, now: float) -> tuple[JobRecord, ...]:
         """The restart rule: every queued or running job failed with ``coordinator_restarted``."""
-        with self._transaction() as conn:
+        with self._db.transaction() as conn:
             rows = conn.execute(
                 f"SELECT {_COLUMNS} FROM query_jobs WHERE state IN ('queued', 'running')"
             ).fetchall()
@@ -225,34 +202,9 @@ class JobStore:
             )
         return tuple(_record(row) for row in rows)
 
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            try:
-                self._conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
-                raise _wrap(exc, self.path) from exc
-            try:
-                yield self._conn
-                self._conn.execute("COMMIT")
-            except BaseException as exc:
-                if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
-                if isinstance(exc, sqlite3.Error):
-                    raise _wrap(exc, self.path) from exc
-                raise
-
-    def _execute(self, sql: str, params: tuple[Any, ...]) -> tuple[int, list[Any]]:
-        with self._lock:
-            try:
-                cursor = self._conn.execute(sql, params)
-                return cursor.rowcount, cursor.fetchall()
-            except sqlite3.Error as exc:
-                raise _wrap(exc, self.path) from exc
-
     def insert(self, record: JobRecord) -> JobRecord:
         """Store ``record``, or return the job that already holds its idempotency key."""
-        with self._transaction() as conn:
+        with self._db.transaction() as conn:
             if record.idempotency_key is not None:
                 held = conn.execute(
                     f"SELECT {_COLUMNS} FROM query_jobs WHERE tenant = ? AND project = ? "
@@ -268,12 +220,12 @@ class JobStore:
         return record
 
     def get(self, job_id: str) -> JobRecord | None:
-        _, rows = self._execute(f"SELECT {_COLUMNS} FROM query_jobs WHERE job_id = ?", (job_id,))
+        _, rows = self._db.execute(f"SELECT {_COLUMNS} FROM query_jobs WHERE job_id = ?", (job_id,))
         return _record(rows[0]) if rows else None
 
     def find(self, scope: Scope, idempotency_key: str) -> JobRecord | None:
         """The job of ``scope`` created with ``idempotency_key``, if any."""
-        _, rows = self._execute(
+        _, rows = self._db.execute(
             f"SELECT {_COLUMNS} FROM query_jobs WHERE tenant = ? AND project = ? "
             "AND environment = ? AND idempotency_key = ?",
             (*_scope(scope), idempotency_key),
@@ -282,7 +234,7 @@ class JobStore:
 
     def mark_running(self, job_id: str, now: float) -> bool:
         """``queued`` → ``running``; False when the job is no longer queued (cancelled, gone)."""
-        count, _ = self._execute(
+        count, _ = self._db.execute(
             "UPDATE query_jobs SET state = 'running', updated_at = ? "
             "WHERE job_id = ? AND state = 'queued'",
             (now, job_id),
@@ -293,7 +245,7 @@ class JobStore:
         self, job_id: str, phase: Phase, fraction: float, rows_so_far: int, now: float
     ) -> None:
         """Persist a running job's progress (ignored once the job left ``running``)."""
-        self._execute(
+        self._db.execute(
             "UPDATE query_jobs SET phase = ?, fraction = ?, rows_so_far = ?, updated_at = ? "
             "WHERE job_id = ? AND state = 'running'",
             (phase, fraction, rows_so_far, now, job_id),
@@ -310,7 +262,7 @@ class JobStore:
     ) -> bool:
         """Move an active job to the final ``state`` with ``record``'s progress; False when the
         job already left ``queued``/``running`` (or is gone) and nothing changed."""
-        count, _ = self._execute(
+        count, _ = self._db.execute(
             "UPDATE query_jobs SET state = ?, phase = ?, fraction = ?, rows_so_far = ?, "
             "error = ?, result_key = ?, updated_at = ? "
             "WHERE job_id = ? AND state IN ('queued', 'running')",
@@ -329,18 +281,17 @@ class JobStore:
 
     def expired(self, now: float) -> list[JobRecord]:
         """Every job whose ``expires_at`` has passed, oldest first."""
-        _, rows = self._execute(
+        _, rows = self._db.execute(
             f"SELECT {_COLUMNS} FROM query_jobs WHERE expires_at <= ? ORDER BY expires_at",
             (now,),
         )
         return [_record(row) for row in rows]
 
     def delete(self, job_id: str) -> None:
-        self._execute("DELETE FROM query_jobs WHERE job_id = ?", (job_id,))
+        self._db.execute("DELETE FROM query_jobs WHERE job_id = ?", (job_id,))
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self._db.close()
 
 
 def _scope(scope: Scope) -> tuple[str, str, str]:

@@ -32,6 +32,7 @@ from sqlglot import exp
 
 from baml_studio.projector.lance_store import sql_literal
 from baml_studio.projector.value_paths import EXACT_FLOAT_INT, key_step
+from baml_studio.query.rewrite_ops import COMPARISONS, FLIP
 
 ROLES = {
     "calls_v1": {
@@ -45,15 +46,6 @@ ROLES = {
 UNDECIDED_KINDS = ("omitted", "truncated", "corrupt")
 TEXT_KINDS = ("string", "enum")
 PREFIX_KINDS = ("string_prefix", "enum_prefix")
-_OPS: dict[type[exp.Expr], str] = {
-    exp.EQ: "=",
-    exp.NEQ: "<>",
-    exp.GT: ">",
-    exp.GTE: ">=",
-    exp.LT: "<",
-    exp.LTE: "<=",
-}
-_FLIP = {"=": "=", "<>": "<>", ">": "<", ">=": "<=", "<": ">", "<=": ">="}
 _WORD = re.compile(r"%([^%_\\']{3,})%")
 _NUMBERISH = re.compile(r"[0-9.eE+\-infaINFA]+")
 
@@ -94,7 +86,7 @@ def value_predicate(
         if found is None or word is None or found[1] == "$":
             return None
         return ValuePredicate(relation, found[0], found[1], "like", word.group(1))
-    op = next((o for kind, o in _OPS.items() if type(node) is kind), None)
+    op = COMPARISONS.get(type(node))
     if op is None:
         return None
     for target, other, flipped in ((node.this, node.expression, False),
@@ -102,7 +94,7 @@ def value_predicate(
         found = _path(relation, target, owns)
         literal = _literal(other)
         if found is not None and literal is not None:
-            return ValuePredicate(relation, found[0], found[1], _FLIP[op] if flipped else op,
+            return ValuePredicate(relation, found[0], found[1], FLIP[op] if flipped else op,
                                   literal)  # fmt: skip
     return None
 

@@ -17,31 +17,31 @@ scope is 404, like one that does not exist.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from baml_studio.apierrors import ApiError, BadRequest
+from baml_studio.apierrors import BadRequest
 from baml_studio.control.identity import UserIdentity
-from baml_studio.coordinator.app_jobs import (
-    MAX_IDEMPOTENCY_KEY_CHARS,
-    REQUEST_ID_HEADER,
-    error_response,
-)
 from baml_studio.coordinator.auth import UserTokenAuth
 from baml_studio.erasure.manager import ErasureManager
 from baml_studio.erasure.selector import parse_selector
 from baml_studio.httpbody import read_body
+from baml_studio.httproutes import Refusals, required_idempotency_key
 
 log = logging.getLogger(__name__)
 
-IDEMPOTENCY_HEADER = "idempotency-key"
 ENVIRONMENT_HEADER = "x-baml-environment-id"
 MAX_ERASURE_BODY_BYTES = 4 << 20
 _NO_STORE = {"Cache-Control": "no-store"}
+_REFUSALS = Refusals(log, id_prefix="cq")
+_MISSING_KEY = (
+    "POST /v1/erasures needs an Idempotency-Key header (1 to 256 characters, e.g. a UUID); "
+    "resend the same key to get the same erasure back"
+)
 
 Authenticate = Callable[[Request], UserIdentity]
 
@@ -56,7 +56,7 @@ def erasure_routes(manager: ErasureManager, authenticate: Authenticate) -> list[
 
     async def create(request: Request) -> Response:
         identity = await run_in_threadpool(authorised, request)
-        key = idempotency_key(request)
+        key = required_idempotency_key(request, _MISSING_KEY)
         body = await read_body(request, MAX_ERASURE_BODY_BYTES)
         selector = parse_selector(body, max_items=manager.config.max_selector_items)
         scope = UserTokenAuth.scope_for(identity, environment(request))
@@ -70,47 +70,11 @@ def erasure_routes(manager: ErasureManager, authenticate: Authenticate) -> list[
         erasure = await run_in_threadpool(manager.get, erasure_id, identity)
         return JSONResponse(erasure, headers=_NO_STORE)
 
+    guarded = _REFUSALS.guarded
     return [
-        Route("/v1/erasures", _guarded("createErasure", create), methods=["POST"]),
-        Route("/v1/erasures/{erasure_id}", _guarded("getErasure", read), methods=["GET"]),
+        Route("/v1/erasures", guarded("createErasure", create), methods=["POST"]),
+        Route("/v1/erasures/{erasure_id}", guarded("getErasure", read), methods=["GET"]),
     ]
-
-
-def _guarded(
-    operation: str, handler: Callable[[Request], Awaitable[Response]]
-) -> Callable[[Request], Awaitable[Response]]:
-    """``handler`` with every :class:`ApiError` answered as an ``ErrorResponse``."""
-
-    async def endpoint(request: Request) -> Response:
-        try:
-            return await handler(request)
-        except ApiError as exc:
-            request_id = request.headers.get(REQUEST_ID_HEADER)
-            log.info(
-                "%s refused request_id=%s status=%d code=%s",
-                operation, request_id, exc.status, exc.code,
-            )  # fmt: skip
-            return error_response(exc, request_id)
-
-    return endpoint
-
-
-def idempotency_key(request: Request) -> str:
-    """The required ``Idempotency-Key``: 1 to 256 characters, else 400."""
-    value = request.headers.get(IDEMPOTENCY_HEADER)
-    if value is None:
-        raise BadRequest(
-            "POST /v1/erasures needs an Idempotency-Key header (1 to 256 characters, e.g. a "
-            "UUID); resend the same key to get the same erasure back",
-            code="missing_idempotency_key",
-        )
-    if not value or len(value) > MAX_IDEMPOTENCY_KEY_CHARS:
-        raise BadRequest(
-            f"Idempotency-Key has {len(value)} characters; send 1 to "
-            f"{MAX_IDEMPOTENCY_KEY_CHARS} (e.g. a UUID)",
-            code="invalid_idempotency_key",
-        )
-    return value
 
 
 def environment(request: Request) -> str | None:

@@ -8,15 +8,15 @@ token, request ids, typed errors) with two more calls. Errors are the coordinato
 
 from __future__ import annotations
 
-import json
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
-from baml_studio.coordinator.client import CoordinatorClient, CoordinatorProtocolError
+from baml_studio.coordinator.client import CoordinatorClient, answer_object
 
 ENVIRONMENT_HEADER = "X-Baml-Environment-Id"
+_STATES = ("queued", "running", "succeeded", "failed")
 
 
 class ErasureClient(CoordinatorClient):
@@ -37,14 +37,9 @@ class ErasureClient(CoordinatorClient):
 
 
 def _erasure(response: httpx.Response) -> dict[str, Any]:
-    try:
-        body = json.loads(response.content)
-    except ValueError as exc:
-        raise CoordinatorProtocolError(f"the erasure answer is not JSON: {exc}") from exc
-    if (
-        not isinstance(body, dict)
-        or not isinstance(body.get("erasure_id"), str)
-        or body.get("state") not in ("queued", "running", "succeeded", "failed")
-    ):
-        raise CoordinatorProtocolError(f"the erasure answer is not an Erasure: {body!r:.200}")
-    return body
+    return answer_object(
+        response,
+        "erasure",
+        "an Erasure",
+        lambda body: isinstance(body.get("erasure_id"), str) and body.get("state") in _STATES,
+    )

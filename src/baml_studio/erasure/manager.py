@@ -34,7 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from baml_studio.apierrors import Conflict, DependencyUnavailable, NotFound
+from baml_studio.apierrors import DependencyUnavailable, NotFound, key_reused
 from baml_studio.control.identity import UserIdentity
 from baml_studio.erasure import steps
 from baml_studio.erasure.config import ErasureConfig
@@ -128,12 +128,7 @@ class ErasureManager:
     def get(self, erasure_id: str, identity: UserIdentity) -> dict[str, Any]:
         """The ``Erasure``; 404 when it does not exist in the token's scope."""
         record = self._store.get(erasure_id)
-        if (
-            record is None
-            or record.scope.tenant != identity.tenant
-            or record.scope.project != identity.project
-            or record.scope.environment not in identity.environments
-        ):
+        if record is None or not identity.grants(record.scope):
             raise NotFound(
                 f"no erasure {erasure_id!r} in this token's scope", code="erasure_not_found"
             )
@@ -283,11 +278,12 @@ class ErasureManager:
 
 def _replayed(record: ErasureRecord, canonical: str) -> dict[str, Any]:
     if record.selector != canonical:
-        raise Conflict(
-            f"Idempotency-Key was already used for erasure {record.erasure_id} with a different "
-            "selector; send a new key for a new erasure",
-            code="idempotency_key_reused",
-            details={"erasure_id": record.erasure_id},
+        raise key_reused(
+            holder="erasure",
+            holder_id=record.erasure_id,
+            id_field="erasure_id",
+            compared="selector",
+            new="erasure",
         )
     return record.to_json()
 

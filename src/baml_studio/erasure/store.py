@@ -1,4 +1,4 @@
-"""The durable record of erasures: one SQLite file (WAL, ``synchronous=FULL``).
+"""The durable record of erasures: one SQLite file (:mod:`baml_studio.sqlite_state`).
 
 A row per erasure holds its scope, canonical selector, idempotency key, the resolved streams,
 the public ``state``, the internal ``step`` it has reached, the persisted plan (once planned),
@@ -14,21 +14,18 @@ idempotent and an erasure must finish, not fail, after a crash.
 from __future__ import annotations
 
 import json
-import sqlite3
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from baml_studio.apierrors import ApiError
 from baml_studio.erasure.errors import ErasureStoreError, ErasureStoreUnavailable
 from baml_studio.erasure.selector import rfc3339
 from baml_studio.gateway.config import Scope
 from baml_studio.publisher.state import new_ulid
+from baml_studio.sqlite_state import SqliteState, StoreSpec
 
 ErasureState = Literal["queued", "running", "succeeded", "failed"]
 Step = Literal["plan", "rehome", "delete_objects", "erase_facts", "erase_lance", "verify", "done"]
@@ -70,6 +67,9 @@ _COLUMNS = (
     "erasure_id, tenant, project, environment, selector, idempotency_key, state, step, streams, "
     "plan, streams_deleted, attempts, last_error, error, created_at, updated_at"
 )
+
+
+_SPEC = StoreSpec("erasure", _SCHEMA, SCHEMA_VERSION, ErasureStoreError, ErasureStoreUnavailable)
 
 
 def new_erasure_id(now: float) -> str:
@@ -142,12 +142,6 @@ def _record(row: tuple[Any, ...]) -> ErasureRecord:
     )
 
 
-def _wrap(exc: sqlite3.Error | OSError, path: Path) -> ApiError:
-    if isinstance(exc, sqlite3.OperationalError | OSError):
-        return ErasureStoreUnavailable(f"erasure store {path}: {exc}")
-    return ErasureStoreError(f"erasure store {path}: {type(exc).__name__}: {exc}")
-
-
 class ErasureStore:
     """The erasures file at ``path``, shared by the threads of one process."""
 
@@ -156,70 +150,19 @@ class ErasureStore:
     ) -> None:
         self.path = Path(path)
         self._clock = clock
-        self._lock = threading.Lock()
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(
-                self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
-            )
-        except (OSError, sqlite3.Error) as exc:
-            raise _wrap(exc, self.path) from exc
-        try:
-            self._initialise()
-        except BaseException:
-            self._conn.close()
-            raise
-
-    def _initialise(self) -> None:
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=FULL")
-        with self._transaction() as conn:
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, SCHEMA_VERSION):
-                raise ErasureStoreError(
-                    f"{self.path}: erasure schema version {version} is not supported (this "
-                    f"version reads {SCHEMA_VERSION}); use a newer baml-studio or move the file"
-                )
-            for statement in _SCHEMA.split(";"):
-                conn.execute(statement)
-            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            try:
-                self._conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
-                raise _wrap(exc, self.path) from exc
-            try:
-                yield self._conn
-                self._conn.execute("COMMIT")
-            except BaseException as exc:
-                if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
-                if isinstance(exc, sqlite3.Error):
-                    raise _wrap(exc, self.path) from exc
-                raise
-
-    def _execute(self, sql: str, params: tuple[Any, ...]) -> tuple[int, list[Any]]:
-        with self._lock:
-            try:
-                cursor = self._conn.execute(sql, params)
-                return cursor.rowcount, cursor.fetchall()
-            except sqlite3.Error as exc:
-                raise _wrap(exc, self.path) from exc
+        self._db = SqliteState(self.path, _SPEC, busy_timeout_s=busy_timeout_s)
 
     # --- reads ---------------------------------------------------------------------------------
 
     def get(self, erasure_id: str) -> ErasureRecord | None:
-        _, rows = self._execute(
+        _, rows = self._db.execute(
             f"SELECT {_COLUMNS} FROM erasures WHERE erasure_id = ?", (erasure_id,)
         )
         return _record(rows[0]) if rows else None
 
     def find(self, scope: Scope, idempotency_key: str) -> ErasureRecord | None:
         """The erasure of ``scope`` created with ``idempotency_key``, if any."""
-        _, rows = self._execute(
+        _, rows = self._db.execute(
             f"SELECT {_COLUMNS} FROM erasures WHERE tenant = ? AND project = ? "
             "AND environment = ? AND idempotency_key = ?",
             (scope.tenant, scope.project, scope.environment, idempotency_key),
@@ -228,7 +171,7 @@ class ErasureStore:
 
     def unfinished(self) -> list[ErasureRecord]:
         """Every ``queued`` or ``running`` erasure, oldest first (the order they run in)."""
-        _, rows = self._execute(
+        _, rows = self._db.execute(
             f"SELECT {_COLUMNS} FROM erasures WHERE state IN ('queued', 'running') "
             "ORDER BY created_at, erasure_id",
             (),
@@ -237,7 +180,7 @@ class ErasureStore:
 
     def erased_streams(self, scope: Scope) -> set[str]:
         """Every stream an erasure of ``scope`` resolved to, in any state."""
-        _, rows = self._execute(
+        _, rows = self._db.execute(
             "SELECT streams FROM erasures WHERE tenant = ? AND project = ? AND environment = ?",
             (scope.tenant, scope.project, scope.environment),
         )
@@ -247,7 +190,7 @@ class ErasureStore:
         """The plans of earlier erasures of ``scope`` that erased any of ``streams`` (their
         evidence may be gone now, so their root ids and doomed CIDs are all that is left)."""
         wanted = set(streams)
-        _, rows = self._execute(
+        _, rows = self._db.execute(
             "SELECT streams, plan FROM erasures WHERE tenant = ? AND project = ? "
             "AND environment = ? AND plan IS NOT NULL ORDER BY created_at",
             (scope.tenant, scope.project, scope.environment),
@@ -269,7 +212,7 @@ class ErasureStore:
             new_erasure_id(now), scope, selector, idempotency_key, "queued", "plan",
             tuple(streams), None, 0, 0, None, None, now, now,
         )  # fmt: skip
-        with self._transaction() as conn:
+        with self._db.transaction() as conn:
             held = conn.execute(
                 f"SELECT {_COLUMNS} FROM erasures WHERE tenant = ? AND project = ? "
                 "AND environment = ? AND idempotency_key = ?",
@@ -289,7 +232,7 @@ class ErasureStore:
 
     def start(self, erasure_id: str) -> bool:
         """``queued`` → ``running`` (True also when it is already running: a resume)."""
-        self._execute(
+        self._db.execute(
             "UPDATE erasures SET state = 'running', updated_at = ? "
             "WHERE erasure_id = ? AND state = 'queued'",
             (self._clock(), erasure_id),
@@ -301,13 +244,13 @@ class ErasureStore:
         """Record that the erasure's next step is ``step`` (and its plan, when given); the
         attempts of the new step start at 0."""
         if plan is None:
-            self._execute(
+            self._db.execute(
                 "UPDATE erasures SET step = ?, attempts = 0, updated_at = ? "
                 "WHERE erasure_id = ? AND state = 'running'",
                 (step, self._clock(), erasure_id),
             )
         else:
-            self._execute(
+            self._db.execute(
                 "UPDATE erasures SET step = ?, plan = ?, attempts = 0, updated_at = ? "
                 "WHERE erasure_id = ? AND state = 'running'",
                 (step, json.dumps(plan, separators=(",", ":")), self._clock(), erasure_id),
@@ -315,7 +258,7 @@ class ErasureStore:
 
     def record_attempt(self, erasure_id: str, error: str) -> int:
         """Count a transient failure of the current step; the attempts so far."""
-        self._execute(
+        self._db.execute(
             "UPDATE erasures SET attempts = attempts + 1, last_error = ?, updated_at = ? "
             "WHERE erasure_id = ? AND state = 'running'",
             (error[:2000], self._clock(), erasure_id),
@@ -324,7 +267,7 @@ class ErasureStore:
         return record.attempts if record is not None else 0
 
     def succeed(self, erasure_id: str, streams_deleted: int) -> bool:
-        count, _ = self._execute(
+        count, _ = self._db.execute(
             "UPDATE erasures SET state = 'succeeded', step = 'done', streams_deleted = ?, "
             "updated_at = ? WHERE erasure_id = ? AND state = 'running'",
             (streams_deleted, self._clock(), erasure_id),
@@ -332,7 +275,7 @@ class ErasureStore:
         return count == 1
 
     def fail(self, erasure_id: str, error: dict[str, Any]) -> bool:
-        count, _ = self._execute(
+        count, _ = self._db.execute(
             "UPDATE erasures SET state = 'failed', error = ?, updated_at = ? "
             "WHERE erasure_id = ? AND state IN ('queued', 'running')",
             (json.dumps(error), self._clock(), erasure_id),
@@ -340,5 +283,4 @@ class ErasureStore:
         return count == 1
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self._db.close()

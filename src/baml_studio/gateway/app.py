@@ -16,7 +16,6 @@ Every other answer of the two API routes, and every unknown route or method, is 
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 
 from starlette.applications import Starlette
@@ -28,14 +27,9 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
 from baml_studio.gateway.authorize import REQUEST_ID_HEADER, Gateway
-from baml_studio.gateway.errors import (
-    GatewayError,
-    MethodNotAllowed,
-    NotFound,
-    error_body,
-    error_headers,
-)
+from baml_studio.gateway.errors import GatewayError, MethodNotAllowed, NotFound
 from baml_studio.httpbody import read_body
+from baml_studio.httproutes import Refusals
 from baml_studio.objectstore.asgi import presigned_put_app
 from baml_studio.objectstore.directory import DirectoryBucket
 from baml_studio.objectstore.presign import PATH_PREFIX
@@ -43,15 +37,7 @@ from baml_studio.objectstore.presign import PATH_PREFIX
 log = logging.getLogger(__name__)
 
 AsgiApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-
-def error_response(error: GatewayError, request_id: str | None) -> JSONResponse:
-    """``error`` as an ``ErrorResponse`` with its status and headers."""
-    return JSONResponse(
-        error_body(error, request_id or f"gw_{uuid.uuid4().hex}"),
-        status_code=error.status,
-        headers=error_headers(error),
-    )
+_REFUSALS = Refusals(log, id_prefix="gw", realm="baml-publisher")
 
 
 def _headers(request: Request) -> dict[str, str]:
@@ -72,7 +58,7 @@ def create_app(
         try:
             config = await run_in_threadpool(gateway.publisher_config, headers)
         except GatewayError as exc:
-            return _refused(exc, headers, "publisher_config")
+            return _REFUSALS.refused("publisher_config", exc, headers.get(REQUEST_ID_HEADER))
         max_age = gateway.config.config_max_age_seconds
         return JSONResponse(config, headers={"Cache-Control": f"max-age={max_age}"})
 
@@ -82,7 +68,7 @@ def create_app(
             body = await read_body(request, gateway.config.max_request_bytes)
             answer = await run_in_threadpool(gateway.authorize, headers, body)
         except GatewayError as exc:
-            return _refused(exc, headers, "authorize")
+            return _REFUSALS.refused("authorize", exc, headers.get(REQUEST_ID_HEADER))
         return JSONResponse(answer, headers={"Cache-Control": "no-store"})
 
     async def not_found(request: Request, exc: Exception) -> Response:
@@ -95,11 +81,11 @@ def create_app(
         else:
             error = GatewayError(f"HTTP {status}")
             error.status = status
-        return error_response(error, request.headers.get(REQUEST_ID_HEADER))
+        return _REFUSALS.response(error, request.headers.get(REQUEST_ID_HEADER))
 
     async def internal(request: Request, exc: Exception) -> Response:
         log.error("gateway internal error on %s: %s", request.url.path, type(exc).__name__)
-        return error_response(
+        return _REFUSALS.response(
             GatewayError("internal error; retry later or report it"),
             request.headers.get(REQUEST_ID_HEADER),
         )
@@ -123,15 +109,3 @@ def create_app(
             await api(scope, receive, send)
 
     return app
-
-
-def _refused(error: GatewayError, headers: dict[str, str], operation: str) -> JSONResponse:
-    request_id = headers.get(REQUEST_ID_HEADER)
-    log.info(
-        "%s refused request_id=%s status=%d code=%s",
-        operation,
-        request_id,
-        error.status,
-        error.code,
-    )
-    return error_response(error, request_id)

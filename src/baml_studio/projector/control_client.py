@@ -34,11 +34,9 @@ import copy
 import hashlib
 import json
 import logging
-import os
 import random
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -50,6 +48,7 @@ import pyarrow as pa
 import zstandard
 
 from baml_studio.gateway.config import Scope
+from baml_studio.httpclient import check_base_url, new_request_id
 from baml_studio.projector.errors import (
     ControlPlaneRefused,
     ControlPlaneUnavailable,
@@ -129,15 +128,6 @@ def encode_batch(table: pa.Table) -> EncodedBatch:
     return EncodedBatch(body, "sha256:" + hashlib.sha256(raw).hexdigest(), len(raw))
 
 
-def new_request_id() -> str:
-    """A UUIDv7 (RFC 9562): 48-bit Unix milliseconds, version 7, variant 10, 74 random bits."""
-    millis = time.time_ns() // 1_000_000 & ((1 << 48) - 1)
-    rand = int.from_bytes(os.urandom(10), "big")
-    value = (millis << 80) | (0x7 << 76) | ((rand >> 62) & 0xFFF) << 64
-    value |= (0b10 << 62) | (rand & ((1 << 62) - 1))
-    return str(uuid.UUID(int=value))
-
-
 class ControlClient:
     """Sync, thread-safe client of the workload API at ``base_url`` (``http://host:port`` or
     the spec's ``…/studio-data/v1``).
@@ -165,12 +155,7 @@ class ControlClient:
     ) -> None:
         if retries < 0 or backoff_s < 0 or backoff_max_s < 0 or retry_after_max_s < 0:
             raise ValueError("retries and backoff bounds must not be negative")
-        try:
-            url = httpx.URL(base_url)
-        except httpx.InvalidURL as exc:
-            raise ValueError(f"control plane URL {base_url!r} is not a URL: {exc}") from exc
-        if url.scheme not in ("http", "https") or not url.host:
-            raise ValueError(f"control plane URL {base_url!r} must be http(s)://host[:port][/path]")
+        check_base_url(base_url, "control plane", "http(s)://host[:port][/path]")
         self._base = base_url.rstrip("/")
         self._token_source = token
         self._owns_client = client is None

@@ -126,14 +126,14 @@ class GatewayClient:
         status = response.status_code
         if status < 300:
             return response
-        code, message = _error_body(response)
+        code, message, details = _error_body(response)
         text = f"{method} {path} answered {status} {code}: {message}"
         if status in (401, 403):
             raise GatewayAuthError(text, status=status, code=code)
         if status in (429, 503) or status >= 500:
             retry = retry_after_seconds(response.headers.get("Retry-After"))
             raise GatewayThrottled(text, status=status, code=code, retry_after=retry)
-        raise GatewayRejected(text, status=status, code=code)
+        raise GatewayRejected(text, status=status, code=code, details=details)
 
 
 def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
@@ -161,12 +161,15 @@ def _json(response: httpx.Response) -> Any:
         raise GatewayProtocolError(f"response is not JSON: {exc}") from exc
 
 
-def _error_body(response: httpx.Response) -> tuple[str, str]:
+def _error_body(response: httpx.Response) -> tuple[str, str, dict[str, Any]]:
+    """``code``, ``message`` and ``details`` of an ``ErrorResponse`` (details: {} if absent)."""
     try:
         error = response.json()["error"]
-        return str(error["code"]), str(error["message"])
+        code, message = str(error["code"]), str(error["message"])
     except (ValueError, KeyError, TypeError):
-        return "unknown", response.text[:200]
+        return "unknown", response.text[:200], {}
+    details = error.get("details")
+    return code, message, details if isinstance(details, dict) else {}
 
 
 def _authorized(row: Any) -> Authorized:

@@ -22,7 +22,8 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from baml_studio.format.errors import BamlStudioError
 
@@ -64,10 +65,19 @@ class PackFrameInvalid(PackError):
 class GatewayError(PublisherError):
     """The gateway refused a request, or could not be reached."""
 
-    def __init__(self, message: str, *, status: int | None = None, code: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        code: str | None = None,
+        details: Mapping[str, Any] | None = None,
+    ):
         super().__init__(message)
         self.status = status
         self.code = code
+        self.details: dict[str, Any] = dict(details or {})
+        """The ``ErrorResponse``'s ``error.details`` (e.g. a 413's ``index`` or ``limit``)."""
 
 
 class GatewayAuthError(GatewayError):
@@ -91,7 +101,8 @@ class GatewayUnreachable(GatewayError):
 
 
 class GatewayRejected(GatewayError):
-    """A 4xx other than 401/403/429 (for example 413 or 409): do not repeat the same request."""
+    """A 4xx other than 401/403/429 (for example 413 or 409): do not repeat the same request.
+    A 413 from authorize makes the flush split the request or drop the object it names."""
 
 
 class GatewayProtocolError(GatewayError):

@@ -14,10 +14,16 @@ means the object exists: re-authorize and expect ``stored``. ``conflict`` on a v
 counts as stored; on a pack it stops the flush before any segment (the pack is dropped from the
 journal so the next flush builds a new one under a new flush id); on a segment it is reported,
 never overwritten, and its plane stops there (a data conflict also holds back the stream's meta).
-A 413 (object or request too large; the collector never plans one, but the gateway's limits may
-have changed) is terminal for what it names: a rejected authorize chunk or PUT becomes a
-``REJECTED`` problem in the report carrying the ``GatewayRejected``/``UploadFailed``, its
-objects are not sent, a rejected segment stops its plane like a conflict, and the rest ships.
+A 413 from authorize (the collector never plans an object over ``max_object_bytes`` nor a call
+over ``max_objects_per_authorize``, but the gateway's limits may have changed since the config
+was read) splits the request, as the contract says: ``too_many_objects`` re-chunks at the
+``details.limit`` it names (kept for the rest of the flush), ``object_too_large`` drops the object
+at ``details.index`` and re-authorizes the others, any other 413 halves the request. A 413 for a
+single object, or on its PUT, is terminal for that object: it becomes a ``REJECTED`` problem in
+the report carrying the ``GatewayRejected``/``UploadFailed`` and is not sent; a value, table or
+pack stays local and unmarked (skipped: the rest ships, the next flush plans it again), a
+segment stops its plane like a conflict (reported, never passed by the cursor). Every 413 is
+counted in ``too_large_answers`` so the publisher re-reads its configuration.
 Only after the meta segments are stored: cursors advance, shipped values and tables (and pack
 members) are appended to the shipped ledger with one fsync, the journal forgets shipped packs,
 and (if configured) shipped segments are deleted.
@@ -27,11 +33,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import TypeGuard
 
 from baml_studio.publisher.client import Authorized, GatewayPort, PutOutcome
 from baml_studio.publisher.collect import (
@@ -68,6 +75,8 @@ class FlushReport:
     objects: int = 0
     original_bytes: int = 0
     compressed_bytes: int = 0
+    too_large_answers: int = 0
+    """413 answers (authorize or PUT): the gateway's limits are below the config's."""
 
 
 @dataclass(slots=True)
@@ -109,17 +118,7 @@ def run_flush(
     report.objects = plan.objects
     report.original_bytes = plan.original_bytes
     targets = _targets(plan)
-    for euid, flush_id, chunk in _chunks(targets, max_objects):
-        try:
-            answers = gateway.authorize(euid, flush_id, [t.obj.request_entry() for t in chunk])
-        except GatewayRejected as exc:
-            if exc.status != TOO_LARGE:
-                raise
-            for target in chunk:
-                target.rejected = exc
-            continue
-        for target, answer in zip(chunk, answers, strict=True):
-            target.answer = answer
+    _Authorizer(gateway, report, max_objects).run(targets)
     shipper = _Shipper(gateway, report, put_attempts, retry_delay, sleep)
     first = [t for t in targets if t.obj.kind in (Kind.TABLE, Kind.VALUE, Kind.PACK)]
     by_obj = {id(t.obj): t for t in targets}
@@ -177,14 +176,56 @@ def _targets(plan: FlushPlan) -> list[_Target]:
     return targets
 
 
-def _chunks(targets: Sequence[_Target], size: int) -> Iterator[tuple[str, str, list[_Target]]]:
-    """Calls of at most ``size`` objects sharing one euid and flush id (one pack per call)."""
-    groups: dict[tuple[str, str], list[_Target]] = {}
-    for target in targets:
-        groups.setdefault((target.euid, target.flush_id), []).append(target)
-    for (euid, flush_id), group in groups.items():
-        for start in range(0, len(group), size):
-            yield euid, flush_id, group[start : start + size]
+class _Authorizer:
+    """Authorize calls of at most ``limit`` objects sharing one euid and flush id; a 413 splits
+    the call (see the module docstring) and may lower ``limit`` for the calls after it."""
+
+    def __init__(self, gateway: GatewayPort, report: FlushReport, limit: int) -> None:
+        self._gateway, self._report, self.limit = gateway, report, max(1, limit)
+
+    def run(self, targets: Sequence[_Target]) -> None:
+        groups: dict[tuple[str, str], list[_Target]] = {}
+        for target in targets:
+            groups.setdefault((target.euid, target.flush_id), []).append(target)
+        for (euid, flush_id), group in groups.items():
+            start = 0
+            while start < len(group):
+                chunk = group[start : start + self.limit]
+                start += len(chunk)
+                self._call(euid, flush_id, chunk)
+
+    def _call(self, euid: str, flush_id: str, chunk: list[_Target]) -> None:
+        try:
+            answers = self._gateway.authorize(
+                euid, flush_id, [t.obj.request_entry() for t in chunk]
+            )
+        except GatewayRejected as exc:
+            if exc.status != TOO_LARGE:
+                raise
+            self._report.too_large_answers += 1
+            if len(chunk) == 1:
+                chunk[0].rejected = exc
+                return
+            for part in self._split(chunk, exc):
+                self._call(euid, flush_id, part)
+            return
+        for target, answer in zip(chunk, answers, strict=True):
+            target.answer = answer
+
+    def _split(self, chunk: list[_Target], exc: GatewayRejected) -> list[list[_Target]]:
+        """Smaller calls after a 413 naming ``chunk``; every part is shorter than ``chunk``."""
+        index, limit = exc.details.get("index"), exc.details.get("limit")
+        if exc.code == "object_too_large" and _is_int(index) and 0 <= index < len(chunk):
+            chunk[index].rejected = exc
+            return [chunk[:index] + chunk[index + 1 :]]
+        size = (len(chunk) + 1) // 2
+        if exc.code == "too_many_objects" and _is_int(limit) and 1 <= limit < len(chunk):
+            size = self.limit = min(self.limit, limit)
+        return [chunk[start : start + size] for start in range(0, len(chunk), size)]
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class _Shipper:
@@ -228,6 +269,8 @@ class _Shipper:
                 )
             except UploadFailed as exc:
                 if exc.status == TOO_LARGE:
+                    with self._lock:
+                        self._report.too_large_answers += 1
                     return self._reject(target, exc)
                 if attempt + 1 == self._attempts:
                     raise

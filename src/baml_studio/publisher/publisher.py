@@ -6,12 +6,17 @@ Every ``flush_interval_seconds`` (earlier when unshipped value bytes exceed
 ``config_refresh_seconds``; a 429/503 keeps the last one. A 401/403 stops shipping: no flush
 runs until the config call succeeds again, which is retried every ``auth_retry_seconds`` or at
 once after :meth:`Publisher.set_token`. Other failures back off exponentially with full jitter,
-honouring ``Retry-After``. Files are never removed because of a failure.
+honouring ``Retry-After``. Files are never removed because of a failure; retention (shipped files
+only) runs after every attempt, so an unreachable gateway does not keep shipped files on disk.
+A flush that met a 413 (the gateway's limits are below the config's) makes the next flush
+re-read the configuration. Each problem a flush reports (a file skipped or holding its plane
+back) is logged once as a warning when it first appears, and stays in every report until fixed.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 import time
@@ -63,6 +68,8 @@ class Publisher:
         self._failures = 0
         self._not_before = float("-inf")
         self._first_seen: dict[Path, float] = {}
+        self._logged: set[tuple[Path, str]] = set()
+        """Problems already logged, so a plane blocked on every flush is logged once."""
         self.last_report: FlushReport | None = None
         self.last_error: PublisherError | None = None
         self.unexpected_errors = 0
@@ -131,16 +138,33 @@ class Publisher:
                 # a token revoked mid-config-period: stop shipping until a config call succeeds
                 self._stop_shipping(exc)
                 raise
+            if report.too_large_answers:
+                self._config_at = float("-inf")  # the limits changed: re-read them next time
+            self._log_new_problems(report)
             self.last_report = report
             return report
 
+    def _log_new_problems(self, report: FlushReport) -> None:
+        current = {(p.path, p.code.value): p for p in report.problems}
+        for key in current.keys() - self._logged:
+            problem = current[key]
+            consequence = "skipped, kept locally" if problem.skipped else "its plane waits"
+            _log.warning("publisher: %s not shipped (%s, %s): %s", problem.path,
+                         problem.code.value, consequence, problem.reason)  # fmt: skip
+        self._logged = set(current)
+
     def retain(self) -> RetentionReport | None:
-        """One retention pass with the current config (none before the first config)."""
-        if self._config is None:
+        """One retention pass: shipped values expire by the config's retention (once a config
+        was read), and shipped files are removed above ``disk_budget_bytes`` (always, so a
+        publisher that starts while the gateway is down still frees them). None: nothing to
+        do (no config and no budget)."""
+        budget = self.settings.disk_budget_bytes
+        if self._config is None and budget is None:
             return None
+        expiry = self._config.shipped_value_retention_seconds if self._config else math.inf
         return apply_retention(
-            self._root, retention_seconds=self._config.shipped_value_retention_seconds,
-            now=self._clock(), budget_bytes=self.settings.disk_budget_bytes, state=self._state,
+            self._root, retention_seconds=expiry, now=self._clock(), budget_bytes=budget,
+            state=self._state,
         )  # fmt: skip
 
     def try_flush(self) -> FlushReport | None:
@@ -153,14 +177,19 @@ class Publisher:
             self.last_error = exc
             self._failures += 1
             self._not_before = self._clock() + self._delay(exc)
+            self._retain_quietly()
             return None
         self.last_error, self._failures = None, 0
         self._not_before = float("-inf")
+        self._retain_quietly()
+        return report
+
+    def _retain_quietly(self) -> None:
+        """``retain()``; its failure never blocks shipping nor hides a flush error."""
         try:
             self.retain()
-        except (OSError, PublisherError) as exc:  # retention never blocks shipping
-            self.last_error = exc if isinstance(exc, PublisherError) else None
-        return report
+        except (OSError, PublisherError) as exc:
+            _log.warning("publisher: retention failed: %s", exc)
 
     def _delay(self, exc: PublisherError) -> float:
         if isinstance(exc, GatewayAuthError):
