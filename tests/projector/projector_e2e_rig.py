@@ -21,6 +21,7 @@ from baml_studio.control.identity import TokenIssuer
 from baml_studio.control.model import DeploymentKind
 from baml_studio.control.schemas import PUBLIC_RELATIONS
 from baml_studio.control.service import ControlPlane
+from baml_studio.coordinator.source import first_per_key
 from baml_studio.gateway.service import Dataplane
 from baml_studio.projector.control_client import ControlClient
 from baml_studio.projector.lance_store import PrivateStore
@@ -58,7 +59,7 @@ class Ingest:
                 else:
                     private = dataset.to_table().select(names).cast(private_schema(relation))
                 if relation.name == "function_definitions_v1":
-                    private = _distinct(private, ["program_id", "function_id"])
+                    private = first_per_key(private, ["program_id", "function_id"])
                 out[relation.name] = join_split(relation, public, private)
             else:
                 out[relation.name] = public.cast(relation.schema())
@@ -68,16 +69,6 @@ class Ingest:
         source = LocalStoreSource(self.store_root)
         names = [r.name for r in PUBLIC_RELATIONS]
         return source.tables(names, None)
-
-
-def _distinct(table: pa.Table, keys: list[str]) -> pa.Table:
-    seen: set[tuple[object, ...]] = set()
-    keep = []
-    for i, key in enumerate(zip(*(table[k].to_pylist() for k in keys), strict=True)):
-        if key not in seen:
-            seen.add(key)
-            keep.append(i)
-    return table.take(pa.array(keep, pa.int64()))
 
 
 def rows_of(table: pa.Table) -> list[str]:
@@ -90,8 +81,8 @@ def assert_same_relations(got: dict[str, pa.Table], want: dict[str, pa.Table]) -
         expected = expected.cast(BY_NAME[name].schema())
         actual = got[name].cast(BY_NAME[name].schema())
         if name == "function_definitions_v1":
-            expected = _distinct(expected, ["program_id", "function_id"])
-            actual = _distinct(actual, ["program_id", "function_id"])
+            expected = first_per_key(expected, ["program_id", "function_id"])
+            actual = first_per_key(actual, ["program_id", "function_id"])
         assert actual.num_rows == expected.num_rows, (name, actual.num_rows, expected.num_rows)
         assert rows_of(actual) == rows_of(expected), name
 

@@ -258,7 +258,7 @@ class CoordinatorSource:
             else (schema.empty_table())
         )
         if "execution_id" not in keys:
-            table = _first_per_key(table, keys)
+            table = first_per_key(table, keys)
         return table
 
     def _prune_by_values(self, facts: pa.Table, predicates: tuple[ValuePredicate, ...]) -> pa.Table:
@@ -442,7 +442,8 @@ def _pending_handles(column: pa.ChunkedArray, state: pa.ChunkedArray, rows: list
     return pa.array(values, pa.binary())
 
 
-def _first_per_key(table: pa.Table, keys: list[str]) -> pa.Table:
+def first_per_key(table: pa.Table, keys: list[str]) -> pa.Table:
+    """The first row of each distinct ``keys`` tuple, in table order."""
     seen: set[tuple[object, ...]] = set()
     keep = []
     for i, key in enumerate(zip(*(table[k].to_pylist() for k in keys), strict=True)):
