@@ -11,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from publisher_checks import all_shipped
 from publisher_env import TOKEN, FakeEnv
 from publisher_fake_gateway import FakeGateway, make_bucket, serve_fake
 
@@ -19,7 +20,6 @@ from baml_studio.publisher import (
     GatewayUnreachable,
     Publisher,
     PublisherSettings,
-    PublishState,
     UploadFailed,
 )
 from baml_studio.store import StoreReader
@@ -31,28 +31,17 @@ def _settings(root: Path, url: str, **extra: object) -> PublisherSettings:
     return PublisherSettings(root, url, **(base | extra))  # type: ignore[arg-type]
 
 
-def _all_shipped(root: Path) -> bool:
-    reader, state = StoreReader(root), PublishState(root)
-    for euid in reader.list_streams():
-        cursor = state.read_cursor(euid)
-        if cursor.meta != max(reader.meta_sequences(euid), default=0):
-            return False
-        if cursor.data != max(reader.data_sequences(euid), default=0):
-            return False
-    return True
-
-
 def test_lost_put_response_is_confirmed_by_stored(fake_env: FakeEnv, demo_store: Path) -> None:
     fake_env.gateway.drop_response_for = {".bamlpack.zst", ".bamldata.zst"}
     settings = _settings(demo_store, fake_env.url, put_attempts=1)
     publisher = Publisher(demo_store, fake_env.url, TOKEN, settings=settings)
     with pytest.raises(UploadFailed):
         publisher.flush()  # the pack landed, its response was lost
-    assert not _all_shipped(demo_store)
+    assert not all_shipped(demo_store)
     with pytest.raises(UploadFailed):
         publisher.flush()  # the pack answers stored now; a data segment's response is lost
     report = publisher.flush()
-    assert report.complete and _all_shipped(demo_store)
+    assert report.complete and all_shipped(demo_store)
     assert any(k.endswith(".bamlpack.zst") for k in report.stored)
     assert any(k.endswith(".bamldata.zst") for k in report.stored)
     assert all(n == 1 for n in Counter(fake_env.gateway.puts).values())
@@ -64,7 +53,7 @@ def test_lost_response_within_one_flush_reauthorizes(fake_env: FakeEnv, demo_sto
         demo_store, fake_env.url, TOKEN, settings=_settings(demo_store, fake_env.url)
     )
     report = publisher.flush()
-    assert report.complete and _all_shipped(demo_store)
+    assert report.complete and all_shipped(demo_store)
     assert any(k.endswith(".bamlmeta.zst") for k in report.stored)
     assert all(n == 1 for n in Counter(fake_env.gateway.puts).values())
 
@@ -81,7 +70,7 @@ def test_large_value_shared_by_two_processes_is_stored_once(
     assert large and all(k in second.stored for k in large)
     assert not [k for k in second.uploaded if "/cas/" in k]
     assert all(n == 1 for n in Counter(fake_env.gateway.puts).values())
-    assert _all_shipped(other)
+    assert all_shipped(other)
 
 
 def test_unreachable_gateway_keeps_files_and_retries(tmp_path: Path, demo_store: Path) -> None:
@@ -100,10 +89,10 @@ def test_unreachable_gateway_keeps_files_and_retries(tmp_path: Path, demo_store:
     gateway = FakeGateway(make_bucket(tmp_path / "bucket", port), {TOKEN})
     with serve_fake(gateway, port):
         deadline = time.monotonic() + 20
-        while not _all_shipped(demo_store) and time.monotonic() < deadline:
+        while not all_shipped(demo_store) and time.monotonic() < deadline:
             time.sleep(0.02)  # the background thread retries with backoff
         publisher.close()
-    assert _all_shipped(demo_store) and gateway.puts
+    assert all_shipped(demo_store) and gateway.puts
 
 
 def test_killed_publisher_reships_and_landed_objects_answer_stored(
@@ -122,10 +111,10 @@ def test_killed_publisher_reships_and_landed_objects_answer_stored(
     finally:
         fake_env.gateway.release.set()
     landed = list(fake_env.gateway.puts)
-    assert landed and not _all_shipped(demo_store)
+    assert landed and not all_shipped(demo_store)
     fake_env.gateway.hold_put_suffix = None
     report = Publisher(demo_store, fake_env.url, TOKEN).flush()
-    assert report.complete and _all_shipped(demo_store)
+    assert report.complete and all_shipped(demo_store)
     assert set(landed) <= set(report.stored)
     assert all(n == 1 for n in Counter(fake_env.gateway.puts).values())
 
@@ -143,7 +132,7 @@ def test_rotated_token_stops_shipping_and_resumes(fake_env: FakeEnv, demo_store:
     assert publisher.try_flush() is None  # backs off, keeps everything
     publisher.set_token("token-two")
     report = publisher.flush()
-    assert report.complete and not publisher.shipping_stopped and _all_shipped(demo_store)
+    assert report.complete and not publisher.shipping_stopped and all_shipped(demo_store)
     fake_env.gateway.tokens = {"token-three"}
     now[0] += 301  # the five-minute config refresh sees the rotation
     with pytest.raises(GatewayAuthError):
