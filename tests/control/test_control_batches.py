@@ -10,6 +10,7 @@ from control_rig import SCOPE_A, Rig, batch, ipc_bytes, sha256
 
 from baml_studio.control.models import ErrorResponse, ProjectionBatchResponse
 from baml_studio.control.schemas import PUBLIC_RELATION_NAMES
+from baml_studio.control.service import TtlCache
 
 
 def _count(rig: Rig, relation: str, scope=SCOPE_A) -> int:
@@ -195,3 +196,46 @@ def test_body_that_is_not_zstd_or_arrow(rig: Rig) -> None:
         )
         answer = rig.client.put("/projection-batches/b1", content=body, headers=headers)
         _error(answer, 400, "invalid_body")
+
+
+def test_a_revoked_token_reaches_batches_for_at_most_the_cache_time(rig: Rig) -> None:
+    now = [0.0]
+    rig.control._batch_checks = TtlCache(1.0, clock=lambda: now[0])
+    issued = rig.issuer.issue_workload("tn_a", "dep_a", "cell-1")
+    first = rig.put(issued.token, SCOPE_A, "health_v1", "exec_rv1", batch("health_v1", "exec_rv1"))
+    assert first.status_code == 201, first.text
+    rig.control.metastore.revoke_token(issued.token_id)
+    now[0] = 0.5  # within the cache time: the verification is reused
+    inside = rig.put(issued.token, SCOPE_A, "health_v1", "exec_rv2", batch("health_v1", "exec_rv2"))
+    assert inside.status_code == 201, inside.text
+    now[0] = 1.01
+    after = rig.put(issued.token, SCOPE_A, "health_v1", "exec_rv3", batch("health_v1", "exec_rv3"))
+    _error(after, 401, "token_revoked")
+    # other operations never use the cache
+    assert rig.snapshot(issued.token, SCOPE_A).status_code == 401
+
+
+def test_batch_checks_cache_nothing_when_disabled_and_never_a_refusal() -> None:
+    now = [0.0]
+    loads: list[int] = []
+
+    def load() -> int:
+        loads.append(1)
+        return len(loads)
+
+    off = TtlCache(0, clock=lambda: now[0])
+    assert [off.get("k", load), off.get("k", load)] == [1, 2]
+    on = TtlCache(1.0, clock=lambda: now[0], capacity=2)
+    assert [on.get("k", load), on.get("k", load)] == [3, 3]
+    now[0] = 1.5
+    assert on.get("k", load) == 4
+
+    def refuse() -> int:
+        raise ValueError("refused")
+
+    for _ in range(2):
+        with pytest.raises(ValueError):
+            on.get("bad", refuse)
+    on.get("a", load)
+    on.get("b", load)  # over capacity: the expired and then every entry go
+    assert on.get("b", load) == 6

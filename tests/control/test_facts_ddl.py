@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import clickhouse_connect
 import pyarrow as pa
 import pytest
 import sqlglot
@@ -16,6 +17,7 @@ from baml_studio.control.facts import FactStore, relation_select_sql, schema_sql
 from baml_studio.control.facts.ddl import (
     INTERNAL_COLUMNS,
     clickhouse_type,
+    create_ledger_sql,
     create_table_sql,
     sort_key,
     table_columns,
@@ -136,7 +138,36 @@ def test_ensure_schema_is_idempotent(store: FactStore) -> None:
     store.put_batch(key("health_v1", "r1"), sample_rows("health_v1"), "sha256:1")
     store.ensure_schema()
     assert store.count("health_v1", SCOPE_A, "gen_1") == 3
-    assert len(schema_sql("db")) == 8
+    assert len(schema_sql("db")) == 9
+
+
+def test_a_ledger_from_before_intents_gains_the_visible_column(
+    chdb_dsn: str, fact_database: str
+) -> None:
+    """A ledger created without ``visible``: ``ensure_schema`` adds it, and the rows already
+    there read as visible batches."""
+    old_ledger = "\n".join(
+        line for line in create_ledger_sql(fact_database).splitlines() if "visible" not in line
+    )
+    assert "visible" not in old_ledger
+    client = clickhouse_connect.get_client(dsn=chdb_dsn)
+    try:
+        client.command(f"CREATE DATABASE IF NOT EXISTS {fact_database}")
+        client.command(old_ledger)
+        client.command(
+            f"INSERT INTO {fact_database}.projection_batches (tenant_id, project_id, "
+            "environment_id, generation, batch_id, root_id, relation, partition, row_count, "
+            f"content_digest, written_at) VALUES ('{SCOPE_A.tenant}', '{SCOPE_A.project}', "
+            f"'{SCOPE_A.environment}', 'gen_1', 'old.health_v1.0', 'old', 'health_v1', 0, 3, "
+            "'sha256:old', now64(3))"
+        )
+    finally:
+        client.close()
+    with open_store(chdb_dsn, fact_database) as store:
+        assert store.batch_state(SCOPE_A, "gen_1", "old.health_v1.0") == ("sha256:old", 3)
+        assert store.put_batch(key("health_v1", "r1"), sample_rows("health_v1"), "d").state == (
+            "created"
+        )
 
 
 @pytest.mark.parametrize("relation", sorted(RELATIONS))

@@ -119,7 +119,9 @@ def test_invalid_batches_are_refused_before_any_write(store: FactStore) -> None:
 def test_rows_written_without_ledger_row_are_not_written_again(store: FactStore) -> None:
     rows = sample_rows("calls_v1", 4)
     k = key("calls_v1", "r1")
-    store._tables.insert_facts("calls_v1", fact_rows(k, rows))  # the crash: rows, no ledger
+    # the crash: intent and rows written, no visible ledger row
+    store._tables.insert_intents([(k, "sha256:1", 4)])
+    store._tables.insert_facts("calls_v1", fact_rows(k, rows))
     assert store.batch_state(SCOPE_A, "gen_1", k.batch_id) is None
     assert store.put_batch(k, rows, "sha256:1") == BatchResult("created", 4)
     assert store.stats.recovered == 1
@@ -130,6 +132,7 @@ def test_rows_written_without_ledger_row_are_not_written_again(store: FactStore)
 
 def test_orphan_rows_that_differ_are_replaced(store: FactStore) -> None:
     k = key("errors_v1", "r1")
+    store._tables.insert_intents([(k, "sha256:old", 2)])
     store._tables.insert_facts("errors_v1", fact_rows(k, sample_rows("errors_v1", 2, seed="old")))
     rows = sample_rows("errors_v1", 3)
     assert store.put_batch(k, rows, "sha256:new").state == "created"

@@ -50,7 +50,7 @@ class Recorder:
         self.groups: list[list[str]] = []
         self.fail = fail
 
-    def __call__(self, relation: str, group: Sequence[Pending]) -> None:
+    def __call__(self, group: Sequence[Pending]) -> None:
         self.groups.append([item.key.root_id for item in group])
         if self.fail is not None:
             raise self.fail
@@ -95,7 +95,7 @@ def test_coalescer_group_failure_fails_every_caller() -> None:
 def test_coalescer_keeps_per_batch_outcomes() -> None:
     conflict = ValueError("conflict for r1")
 
-    def write(relation: str, group: Sequence[Pending]) -> None:
+    def write(group: Sequence[Pending]) -> None:
         for item in group:
             if item.key.root_id == "r1":
                 item.error = conflict
@@ -108,6 +108,46 @@ def test_coalescer_keeps_per_batch_outcomes() -> None:
     coalescer.close()
     assert results[1] is conflict
     assert results[0] == results[2] == BatchResult("existing", 0)
+
+
+def test_coalescer_groups_batches_of_different_relations() -> None:
+    seen: list[list[str]] = []
+
+    def write(group: Sequence[Pending]) -> None:
+        seen.append(sorted(item.key.relation for item in group))
+        for item in group:
+            item.result = BatchResult("created", item.rows.num_rows)
+
+    relations = ["calls_v1", "threads_v1", "health_v1", "errors_v1"]
+    items = [Pending(key(r, "r1"), sample_rows(r, 2), "d") for r in relations]
+    coalescer = Coalescer(write, linger_s=0.3, max_rows=1000)
+    results = submit_together(coalescer, items)
+    coalescer.close()
+    assert results == [BatchResult("created", 2)] * 4
+    assert sorted(r for group in seen for r in group) == sorted(relations)
+    assert len(seen) < 4  # at least two relations shared a group
+
+
+def test_coalescer_writers_decide_every_batch_once() -> None:
+    lock = threading.Lock()
+    written: list[str] = []
+    threads: set[str] = set()
+
+    def write(group: Sequence[Pending]) -> None:
+        with lock:
+            threads.add(threading.current_thread().name)
+            written.extend(item.key.root_id for item in group)
+        for item in group:
+            item.result = BatchResult("created", item.rows.num_rows)
+
+    coalescer = Coalescer(write, linger_s=0.001, max_rows=4, writers=3)
+    results = submit_together(coalescer, [pending(i, rows=2) for i in range(40)])
+    coalescer.close()
+    assert results == [BatchResult("created", 2)] * 40
+    assert sorted(written) == sorted(f"r{i}" for i in range(40))
+    assert threads <= {"facts-coalesce-0", "facts-coalesce-1", "facts-coalesce-2"}
+    with pytest.raises(ValueError, match="writers"):
+        Coalescer(write, linger_s=0, max_rows=1, writers=0)
 
 
 def test_coalescer_close_flushes_then_refuses() -> None:

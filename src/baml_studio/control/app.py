@@ -21,6 +21,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
+import anyio
+import anyio.to_thread
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -44,6 +46,13 @@ log = logging.getLogger(__name__)
 
 AsgiApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 MAX_JSON_BODY = 1024 * 1024
+BATCH_CHECK_THREADS = 4
+"""Projection batches checked at once (token, body, scope, generation: CPU work; with
+hundreds of threads at it, Python threads mostly wait for each other's GIL)."""
+BATCH_WRITE_THREADS = 256
+"""Accepted projection batches waiting at once in the fact store's coalescer for their group;
+the more wait together, the more batches share one ClickHouse insert (the default thread
+pool's 40 would cap a group at 40)."""
 _REFUSALS = Refusals(log, id_prefix="cp", realm="baml-workload")
 
 
@@ -56,6 +65,7 @@ def _respond(answer: Answer) -> Response:
 
 def create_app(control: ControlPlane) -> AsgiApp:
     batch_limit = control.config.batch_limits.max_body_bytes
+    limiters: dict[str, anyio.CapacityLimiter] = {}
 
     def _headers(request: Request) -> dict[str, str]:
         return {name.lower(): value for name, value in request.headers.items()}
@@ -65,6 +75,12 @@ def create_app(control: ControlPlane) -> AsgiApp:
         if not value:
             raise refusal("the X-Baml-Request-Id header is required", code="missing_request_id")
         return value
+
+    def _limiter(name: str, threads: int) -> anyio.CapacityLimiter:
+        limiter = limiters.get(name)
+        if limiter is None:  # created inside the event loop, once per name
+            limiter = limiters.setdefault(name, anyio.CapacityLimiter(threads))
+        return limiter
 
     async def _run(
         request: Request,
@@ -97,9 +113,24 @@ def create_app(control: ControlPlane) -> AsgiApp:
 
     async def projection_batch(request: Request) -> Response:
         batch_id = request.path_params["batch_id"]
-        return await _run(
-            request, "projection_batch", lambda h, b: control.put_batch(h, batch_id, b), batch_limit
-        )
+        headers = _headers(request)
+        request_id = headers.get(REQUEST_ID_HEADER)
+        try:
+            _request_id(headers, BadRequest)
+            body = await read_body(request, batch_limit)
+            accepted = await anyio.to_thread.run_sync(
+                control.accept_batch,
+                headers,
+                batch_id,
+                body,
+                limiter=_limiter("check", BATCH_CHECK_THREADS),
+            )
+            answer = await anyio.to_thread.run_sync(
+                control.write_batch, accepted, limiter=_limiter("write", BATCH_WRITE_THREADS)
+            )
+        except ApiError as exc:
+            return _REFUSALS.refused("projection_batch", exc, request_id)
+        return _respond(answer)
 
     async def projection_erasure(request: Request) -> Response:
         return await _run(request, "projection_erasure", control.erase, MAX_JSON_BODY)

@@ -58,6 +58,13 @@ class ControlConfig:
     batch_limits: BatchLimits = field(default_factory=BatchLimits)
     """Size limits of projection batch bodies."""
 
+    batch_auth_cache_s: float = 1.0
+    """How long ``PUT /projection-batches`` reuses a token's verification and a deployment's
+    reach of a scope (0: look both up per batch). A projector sends hundreds of batches a
+    second with one token; each lookup costs a metastore read. A revoked token or a withdrawn
+    scope keeps reaching projection batches for at most this long. The active generation is
+    read per batch: a projector learns of a new generation only from the 409 it gets."""
+
     @property
     def keys_path(self) -> Path:
         return self.data_dir / "control-keys.json"

@@ -203,6 +203,8 @@ def check_rows(request: BatchRequest, table: pa.Table) -> pa.Table:
                 code="root_mismatch",
                 details={"root_id": request.root_id},
             )
+    if table.schema.equals(expected, check_metadata=True):
+        return table
     return table.cast(expected)
 
 

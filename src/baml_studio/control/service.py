@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import pyarrow as pa
 from pydantic import ValidationError
@@ -61,6 +61,7 @@ from baml_studio.gateway.config import Scope
 from baml_studio.gateway.tokens import KeyRing
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 GENERATION_METADATA_KEY = b"baml.projection_generation"
 CATALOG_METADATA_KEY = b"baml.catalog_version"
@@ -76,6 +77,48 @@ class Answer:
     body: bytes | None = None
     media_type: str = "application/json"
     headers: Mapping[str, str] | None = None
+
+
+class TtlCache:
+    """Answers remembered for ``ttl_s`` seconds (0: never), at most ``capacity`` of them;
+    only answers are cached, never refusals (an exception passes through uncached)."""
+
+    def __init__(self, ttl_s: float, *, capacity: int = 10_000, clock: Callable[[], float]) -> None:
+        self.ttl_s = ttl_s
+        self.capacity = capacity
+        self._clock = clock
+        self._entries: dict[Any, tuple[float, Any]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: Any, load: Callable[[], T]) -> T:
+        if self.ttl_s > 0:
+            with self._lock:
+                found = self._entries.get(key)
+            if found is not None and found[0] > self._clock():
+                return cast(T, found[1])
+        value = load()
+        self.put(key, value)
+        return value
+
+    def put(self, key: Any, value: Any) -> None:
+        if self.ttl_s <= 0:
+            return
+        with self._lock:
+            if len(self._entries) >= self.capacity:
+                now = self._clock()
+                self._entries = {k: v for k, v in self._entries.items() if v[0] > now}
+                if len(self._entries) >= self.capacity:
+                    self._entries.clear()
+            self._entries[key] = (self._clock() + self.ttl_s, value)
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptedBatch:
+    """A projection batch that passed every check but the fact store's."""
+
+    key: BatchKey
+    table: pa.Table
+    content_digest: str
 
 
 def _validate(model: Any, body: bytes) -> Any:
@@ -108,6 +151,7 @@ class ControlPlane:
         self.keys = keys
         self.clock = clock
         self.verifier = TokenVerifier(keys, metastore, clock=clock)
+        self._batch_checks = TtlCache(config.batch_auth_cache_s, clock=time.monotonic)
         self._queries = threading.BoundedSemaphore(config.max_concurrent_queries)
         for version in CATALOG_VERSIONS:
             with self._metastore():
@@ -195,10 +239,30 @@ class ControlPlane:
         return Answer(200, schema_set(catalog_version), headers={"Cache-Control": "max-age=3600"})
 
     def put_batch(self, headers: Mapping[str, str], batch_id: str, body: bytes) -> Answer:
-        identity = self.workload(headers)
+        """``PUT /projection-batches/{batch_id}``: :meth:`accept_batch`, then
+        :meth:`write_batch` (the HTTP route runs the two on different thread pools)."""
+        return self.write_batch(self.accept_batch(headers, batch_id, body))
+
+    def accept_batch(self, headers: Mapping[str, str], batch_id: str, body: bytes) -> AcceptedBatch:
+        """Every check of a batch that needs no fact store: the token, the body (digest,
+        schema, rows), the scope and the active generation. CPU work, so the route runs it
+        on a few threads only: with hundreds, Python threads mostly wait for each other."""
+        token = bearer_token(headers)
+        identity = self._batch_checks.get(("token", token), lambda: self.workload(headers))
+        if identity.expires_at <= self.clock():
+            identity = self.workload(headers)  # refused as expired
         request = parse_batch(headers, batch_id, body, self.config.batch_limits)
-        scope = self.scope_for(identity, request.project_id, request.environment_id)
-        active = self._active_generation(scope)
+        scope = self._batch_checks.get(
+            (
+                "scope",
+                identity.deployment,
+                identity.tenant,
+                request.project_id,
+                request.environment_id,
+            ),
+            lambda: self.scope_for(identity, request.project_id, request.environment_id),
+        )
+        active = self._active_generation(scope)  # never cached: a switch must refuse at once
         if request.generation != active:
             raise Conflict(
                 f"generation {request.generation!r} is not the active generation of the scope",
@@ -208,25 +272,31 @@ class ControlPlane:
         key = BatchKey(
             scope, active, batch_id, request.root_id, request.relation, request.partition
         )
-        result = self.facts.put_batch(key, request.table, request.content_digest)
+        return AcceptedBatch(key, request.table, request.content_digest)
+
+    def write_batch(self, accepted: AcceptedBatch) -> Answer:
+        """Make an accepted batch visible (or find it visible): mostly waiting for the fact
+        store's coalesced group, so the route gives it many threads."""
+        key = accepted.key
+        result = self.facts.put_batch(key, accepted.table, accepted.content_digest)
         log.info(
             "projection batch batch_id=%s root_id=%s relation=%s generation=%s state=%s rows=%d",
-            batch_id,
-            request.root_id,
-            request.relation,
-            active,
+            key.batch_id,
+            key.root_id,
+            key.relation,
+            key.generation,
             result.state,
             result.row_count,
         )
         return Answer(
             201 if result.state == "created" else 200,
             {
-                "batch_id": batch_id,
-                "root_id": request.root_id,
+                "batch_id": key.batch_id,
+                "root_id": key.root_id,
                 "state": "visible",
-                "generation": active,
+                "generation": key.generation,
                 "row_count": result.row_count,
-                "content_digest": request.content_digest,
+                "content_digest": accepted.content_digest,
             },
         )
 

@@ -134,7 +134,9 @@ class ControlClient:
 
     ``client`` is a test seam and a way to share a pool (mTLS settings, event hooks); the
     client made otherwise is closed by :meth:`close`. ``sleep`` and ``rand`` are seams of the
-    backoff; ``clock`` (monotonic seconds) ages the generation cache.
+    backoff; ``clock`` (monotonic seconds) ages the generation cache. ``max_connections``
+    bounds the pooled connections (as many as batches sent at once; see
+    ``WorkerConfig.batch_concurrency``).
     """
 
     def __init__(
@@ -149,6 +151,7 @@ class ControlClient:
         backoff_max_s: float = 8.0,
         retry_after_max_s: float = 30.0,
         generation_ttl_s: float = 5.0,
+        max_connections: int = 64,
         sleep: Callable[[float], None] = time.sleep,
         rand: Callable[[], float] = random.random,
         clock: Callable[[], float] = time.monotonic,
@@ -160,7 +163,7 @@ class ControlClient:
         self._token_source = token
         self._owns_client = client is None
         if client is None:
-            limits = httpx.Limits(max_connections=16)
+            limits = httpx.Limits(max_connections=max_connections)
             transport = httpx.HTTPTransport(limits=limits, socket_options=NODELAY)
             client = httpx.Client(timeout=timeout_s, limits=limits, transport=transport)
         self._http = client

@@ -37,6 +37,7 @@ LEDGER_SCHEMA = pa.schema(
         pa.field("row_count", pa.uint64(), nullable=False),
         pa.field("content_digest", pa.string(), nullable=False),
         pa.field("written_at", pa.timestamp("ms", tz="UTC"), nullable=False),
+        pa.field("visible", pa.uint8(), nullable=False),
     ]
 )
 
@@ -160,8 +161,11 @@ def fact_rows(key: BatchKey, rows: pa.Table) -> pa.Table:
     return table.append_column(pa.field("_row", pa.uint32(), nullable=False), position)
 
 
-def ledger_rows(batches: Sequence[tuple[BatchKey, str, int]], written_at_ms: int) -> pa.Table:
-    """One ledger row per ``(key, content_digest, row_count)``."""
+def ledger_rows(
+    batches: Sequence[tuple[BatchKey, str, int]], written_at_ms: int, *, visible: bool = True
+) -> pa.Table:
+    """One ledger row per ``(key, content_digest, row_count)``: visible rows, or the intents
+    written before the batches' fact rows (``visible=False``)."""
     columns: dict[str, list[object]] = {name: [] for name in LEDGER_SCHEMA.names}
     for key, digest, row_count in batches:
         values = (
@@ -176,6 +180,7 @@ def ledger_rows(batches: Sequence[tuple[BatchKey, str, int]], written_at_ms: int
             row_count,
             digest,
             written_at_ms,
+            1 if visible else 0,
         )
         for name, value in zip(LEDGER_SCHEMA.names, values, strict=True):
             columns[name].append(value)

@@ -1,9 +1,12 @@
-"""Coalescing concurrent small batches of one relation into one lookup and one insert.
+"""Coalescing concurrent small batches into one lookup and one insert per relation.
 
-Each relation has a lane: a queue and one flusher thread, started on first use. The flusher
-takes the oldest waiting batch, waits up to ``linger`` for more (or until ``max_rows`` are
-waiting), and hands the group to ``write_group``, which decides every batch of the group with
-one ledger lookup and writes the new ones with one fact insert and one ledger insert. Each
+Every waiting batch, whatever its relation, goes into one queue. Each of ``writers`` flusher
+threads (started on first use) takes the oldest waiting batch, waits up to ``linger`` for more
+(or until ``max_rows`` are waiting), and hands the group to ``write_group``, which decides every
+batch of the group with one ledger lookup and writes the new ones with one fact insert per
+relation present and one ledger insert. A ClickHouse insert costs about the same for one row
+as for a thousand (a new part), so the fewer groups, the more batches per second; a projector
+sends one execution's batches of several relations at once, and one group takes them all. Each
 caller blocks in :meth:`Coalescer.submit` until its batch is decided and visible; a failure of
 the group's writes fails every caller of the group that was not decided before it.
 """
@@ -42,8 +45,9 @@ class Pending:
         return self.result is not None or self.error is not None
 
 
-WriteGroup = Callable[[str, Sequence[Pending]], None]
-"""Decides and writes one group of one relation; raises if the group's writes failed."""
+WriteGroup = Callable[[Sequence[Pending]], None]
+"""Decides and writes one group (batches of any relations); raises if the group's writes
+failed."""
 
 
 class CoalescerClosed(RuntimeError):
@@ -55,83 +59,29 @@ class GroupWriteFailed(RuntimeError):
     caller gets its own instance, so no exception is raised in two threads)."""
 
 
-class _Lane:
-    def __init__(self, relation: str, owner: Coalescer) -> None:
-        self.relation = relation
-        self.owner = owner
-        self.queue: deque[Pending] = deque()
-        self.queued_rows = 0
-        self.cond = threading.Condition()
-        self.closed = False
-        self.thread = threading.Thread(
-            target=self.run, name=f"facts-coalesce-{relation}", daemon=True
-        )
-
-    def put(self, item: Pending) -> None:
-        with self.cond:
-            if self.closed:
-                raise CoalescerClosed(f"the fact store is closed; {item.key.batch_id} not written")
-            self.queue.append(item)
-            self.queued_rows += item.rows.num_rows
-            self.cond.notify_all()
-
-    def run(self) -> None:
-        while True:
-            group = self.next_group()
-            if group is None:
-                return
-            try:
-                self.owner.write_group(self.relation, group)
-            except Exception as exc:  # every undecided caller of the group gets the failure
-                for item in group:
-                    if not item.decided:
-                        item.error, item.group_failed = exc, True
-            finally:
-                for item in group:
-                    item.done.set()
-
-    def next_group(self) -> list[Pending] | None:
-        linger, max_rows = self.owner.linger_s, self.owner.max_rows
-        with self.cond:
-            self.cond.wait_for(lambda: bool(self.queue) or self.closed)
-            if not self.queue:
-                return None
-            deadline = time.monotonic() + linger
-            while self.queued_rows < max_rows and not self.closed:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self.cond.wait(remaining)
-            group = [self.queue.popleft()]
-            rows = group[0].rows.num_rows
-            while self.queue and rows + self.queue[0].rows.num_rows <= max_rows:
-                item = self.queue.popleft()
-                rows += item.rows.num_rows
-                group.append(item)
-            self.queued_rows -= rows
-            return group
-
-    def close(self) -> None:
-        with self.cond:
-            self.closed = True
-            self.cond.notify_all()
-
-
 class Coalescer:
-    """Lanes per relation; :meth:`submit` blocks until the batch's group is written."""
+    """One queue, ``writers`` flusher threads; :meth:`submit` blocks until the batch's group
+    is written."""
 
-    def __init__(self, write_group: WriteGroup, *, linger_s: float, max_rows: int) -> None:
+    def __init__(
+        self, write_group: WriteGroup, *, linger_s: float, max_rows: int, writers: int = 1
+    ) -> None:
+        if writers < 1:
+            raise ValueError(f"writers must be at least 1, got {writers}")
         self.write_group = write_group
         self.linger_s = linger_s
         self.max_rows = max_rows
-        self._lanes: dict[str, _Lane] = {}
-        self._lock = threading.Lock()
+        self.writers = writers
+        self._queue: deque[Pending] = deque()
+        self._queued_rows = 0
+        self._cond = threading.Condition()
         self._closed = False
+        self._threads: list[threading.Thread] = []
 
     def submit(self, item: Pending) -> BatchResult:
         """Queue ``item``, wait until it is decided, and return its result; re-raise its own
         error, or :class:`GroupWriteFailed` if its group's writes failed."""
-        self._lane(item.key.relation).put(item)
+        self._put(item)
         item.done.wait()
         if item.group_failed:
             raise GroupWriteFailed(
@@ -143,22 +93,65 @@ class Coalescer:
             raise RuntimeError(f"batch {item.key.batch_id} was left undecided by its group")
         return item.result
 
-    def _lane(self, relation: str) -> _Lane:
-        with self._lock:
+    def _put(self, item: Pending) -> None:
+        with self._cond:
             if self._closed:
-                raise CoalescerClosed("the fact store is closed")
-            lane = self._lanes.get(relation)
-            if lane is None:
-                lane = self._lanes[relation] = _Lane(relation, self)
-                lane.thread.start()
-            return lane
+                raise CoalescerClosed(f"the fact store is closed; {item.key.batch_id} not written")
+            if not self._threads:
+                for index in range(self.writers):
+                    thread = threading.Thread(
+                        target=self._run, name=f"facts-coalesce-{index}", daemon=True
+                    )
+                    thread.start()
+                    self._threads.append(thread)
+            self._queue.append(item)
+            self._queued_rows += item.rows.num_rows
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            group = self._next_group()
+            if group is None:
+                return
+            if not group:
+                continue
+            try:
+                self.write_group(group)
+            except Exception as exc:  # every undecided caller of the group gets the failure
+                for item in group:
+                    if not item.decided:
+                        item.error, item.group_failed = exc, True
+            finally:
+                for item in group:
+                    item.done.set()
+
+    def _next_group(self) -> list[Pending] | None:
+        with self._cond:
+            self._cond.wait_for(lambda: bool(self._queue) or self._closed)
+            if not self._queue:
+                return None
+            deadline = time.monotonic() + self.linger_s
+            while self._queued_rows < self.max_rows and not self._closed:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._cond.wait(remaining)
+            if not self._queue:  # another writer took them while this one lingered
+                return [] if not self._closed else None
+            group = [self._queue.popleft()]
+            rows = group[0].rows.num_rows
+            while self._queue and rows + self._queue[0].rows.num_rows <= self.max_rows:
+                item = self._queue.popleft()
+                rows += item.rows.num_rows
+                group.append(item)
+            self._queued_rows -= rows
+            return group
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Flush what is queued, then stop the flusher threads."""
-        with self._lock:
+        with self._cond:
             self._closed = True
-            lanes = list(self._lanes.values())
-        for lane in lanes:
-            lane.close()
-        for lane in lanes:
-            lane.thread.join(timeout_s)
+            self._cond.notify_all()
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(timeout_s)

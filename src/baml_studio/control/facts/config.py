@@ -63,7 +63,11 @@ class FactStoreConfig:
     """Database holding the six relation tables and ``projection_batches``."""
 
     coalesce_linger_ms: float = 5.0
-    """How long the first waiting batch of a relation waits for others to share its insert."""
+    """How long the first waiting batch waits for others to share its group's statements."""
+
+    coalesce_writers: int = 2
+    """Flusher threads writing groups at the same time (a group's statements run one after
+    another; two writers keep ClickHouse busy while the other group's callers are answered)."""
 
     coalesce_max_rows: int = 50_000
     """Rows above which a coalesced insert is sent without waiting out the linger."""
@@ -92,10 +96,11 @@ class FactStoreConfig:
                 f"fact store database {self.database!r} is not a plain identifier: use letters, "
                 "digits and '_' (e.g. 'baml_facts')"
             )
-        if self.coalesce_linger_ms < 0 or self.coalesce_max_rows < 1:
+        if self.coalesce_linger_ms < 0 or self.coalesce_max_rows < 1 or self.coalesce_writers < 1:
             raise ValueError(
-                f"coalesce_linger_ms={self.coalesce_linger_ms} must be >= 0 and "
-                f"coalesce_max_rows={self.coalesce_max_rows} >= 1"
+                f"coalesce_linger_ms={self.coalesce_linger_ms} must be >= 0, "
+                f"coalesce_max_rows={self.coalesce_max_rows} >= 1 and "
+                f"coalesce_writers={self.coalesce_writers} >= 1"
             )
         if self.ledger_cache_entries < 0:
             raise ValueError(f"ledger_cache_entries={self.ledger_cache_entries} must be >= 0")

@@ -50,7 +50,12 @@ LEDGER_COLUMNS: tuple[tuple[str, str], ...] = (
     ("row_count", "UInt64"),
     ("content_digest", "String"),
     ("written_at", "DateTime64(3, 'UTC')"),
+    ("visible", "UInt8 DEFAULT 1"),
 )
+"""The newest row of a key (``written_at``) decides: ``visible = 1`` the batch is visible;
+``visible = 0`` an intent, written before the batch's rows, so that only a batch with an
+intent and no visible row can have rows stored without a ledger row (a crash between the two
+inserts), and a put looks in the fact table for such rows only then."""
 
 SORT_KEYS: dict[str, tuple[str, ...]] = {
     "threads_v1": ("started_ns", "execution_id", "thread_id"),
@@ -153,6 +158,9 @@ def schema_sql(database: str) -> list[str]:
         create_database_sql(database),
         *(create_table_sql(r, database) for r in PUBLIC_RELATIONS),
         create_ledger_sql(database),
+        # a ledger created before intents existed: its rows are all visible ones
+        f"ALTER TABLE {qualified(database, LEDGER_TABLE)} "
+        "ADD COLUMN IF NOT EXISTS `visible` UInt8 DEFAULT 1",
     ]
 
 

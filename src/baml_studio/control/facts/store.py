@@ -10,6 +10,7 @@ runs one caller query on a fresh read-only client with budgets. Only our errors 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
@@ -78,6 +79,7 @@ class FactStore:
             self._write_group,
             linger_s=config.coalesce_linger_ms / 1000,
             max_rows=config.coalesce_max_rows,
+            writers=config.coalesce_writers,
         )
 
     @classmethod
@@ -146,11 +148,13 @@ class FactStore:
         self.stats.add(existing=1)
         return BatchResult("existing", entry.row_count)
 
-    def _write_group(self, relation: str, group: Sequence[Pending]) -> None:
-        """Decide and write one coalesced group (on the relation's flusher thread): one
-        lookup, then one fact insert for the new batches, then one ledger insert."""
-        visible, present = self._tables.lookup(relation, [item.key for item in group])
-        new: list[Pending] = []
+    def _write_group(self, group: Sequence[Pending]) -> None:
+        """Decide and write one coalesced group (on a flusher thread): one ledger lookup;
+        one intent insert for the new batches; one fact insert per relation with new
+        batches; one visible ledger insert. A batch whose newest ledger row is an intent
+        (a crash or failure after its intent) is looked for in its fact table first."""
+        visible, intents = self._tables.lookup([item.key for item in group])
+        new: dict[str, list[Pending]] = {}
         recovered: list[Pending] = []
         for item in group:
             entry = visible.get(item.key.ledger_key)
@@ -160,18 +164,25 @@ class FactStore:
                     item.result = self._visible(item.key, entry, item.content_digest)
                 except BatchConflict as exc:
                     item.error = exc
-            elif present.get(item.key.ledger_key) and self._recover(item):
+            elif item.key.ledger_key in intents and self._recover(item):
                 recovered.append(item)
             else:
-                new.append(item)
-        if new:
-            table = pa.concat_tables([fact_rows(item.key, item.rows) for item in new])
+                new.setdefault(item.key.relation, []).append(item)
+        fresh = [item for items in new.values() for item in items]
+        intent_at = -1
+        if fresh:
+            intent_at = self._tables.insert_intents(
+                [(item.key, item.content_digest, item.rows.num_rows) for item in fresh]
+            )
+        for relation, items in sorted(new.items()):
+            table = pa.concat_tables([fact_rows(item.key, item.rows) for item in items])
             self._tables.insert_facts(relation, table)
-            self.stats.add(inserts=1, batches=len(new), rows=table.num_rows)
-        written = [*new, *recovered]
+            self.stats.add(inserts=1, batches=len(items), rows=table.num_rows)
+        written = [*recovered, *fresh]
         if written:
             self._tables.insert_ledger(
-                [(item.key, item.content_digest, item.rows.num_rows) for item in written]
+                [(item.key, item.content_digest, item.rows.num_rows) for item in written],
+                written_at_ms=max(time.time_ns() // 1_000_000, intent_at + 1),
             )
             self.stats.add(ledger_inserts=1, recovered=len(recovered))
         for item in written:
@@ -181,9 +192,11 @@ class FactStore:
     def _recover(self, item: Pending) -> bool:
         """Whether the rows already stored under the batch are exactly its rows (then only
         its ledger row is missing). Rows that differ are deleted, so it is written whole."""
-        if self._tables.batch_rows(item.key).equals(item.rows):
+        stored = self._tables.batch_rows(item.key)
+        if stored.equals(item.rows):
             return True
-        self._tables.delete(item.key.relation, batch_where(item.key))
+        if stored.num_rows:
+            self._tables.delete(item.key.relation, batch_where(item.key))
         return False
 
     def erase(self, scope: Scope, generation: str, root_ids: Sequence[str]) -> None:

@@ -96,44 +96,36 @@ class Tables:
         return found.get((scope, generation, batch_id))
 
     def lookup(
-        self, relation: str, keys: Sequence[BatchKey]
-    ) -> tuple[dict[LedgerKey, LedgerEntry], dict[LedgerKey, int]]:
-        """For a group of batches of one relation, in one statement: the visible ledger
-        entries, and how many rows each batch already has in the relation table."""
-        ledger_where = tuple_in_sql(
+        self, keys: Sequence[BatchKey]
+    ) -> tuple[dict[LedgerKey, LedgerEntry], set[LedgerKey]]:
+        """For a group of batches of any relations, in one statement of the ledger alone:
+        the visible entries, and the keys whose newest ledger row is an intent (their rows
+        may be stored without a visible ledger row)."""
+        where = tuple_in_sql(
             (*SCOPE_COLUMNS, "batch_id"), [(*_scope_values(k), k.batch_id) for k in keys]
         )
-        group_by = (*SCOPE_COLUMNS, "_root_id", "_batch_id")
-        batches = tuple_in_sql(group_by, [(*_scope_values(k), k.root_id, k.batch_id) for k in keys])
-        scope = ", ".join(ident(c) for c in SCOPE_COLUMNS)
-        rows_sql = (
-            f"SELECT {scope}, {ident('_batch_id')}, 0, '', count(), {ident('_root_id')}, '', 0 "
-            f"FROM {qualified(self.database, relation)} WHERE {batches} "
-            f"GROUP BY {', '.join(ident(c) for c in group_by)}"
-        )
-        sql = f"({self._ledger_sql(ledger_where)}) UNION ALL ({rows_sql})"
         visible: dict[LedgerKey, LedgerEntry] = {}
-        present: dict[LedgerKey, int] = {}
-        for row in self.run("batch lookup", lambda client: client.query(sql).result_rows):
-            key, is_ledger, entry = _ledger_row(row)
-            if is_ledger:
+        intents: set[LedgerKey] = set()
+        rows = self.run("batch lookup", lambda client: client.query(self._ledger_sql(where)))
+        for key, is_visible, entry in map(_ledger_row, rows.result_rows):
+            if is_visible:
                 visible[key] = entry
             else:
-                present[key] = present.get(key, 0) + entry.row_count
-        return visible, present
+                intents.add(key)
+        return visible, intents
 
     def _ledger(self, where: str) -> dict[LedgerKey, LedgerEntry]:
         rows = self.run("ledger read", lambda client: client.query(self._ledger_sql(where)))
-        return {key: entry for key, _, entry in map(_ledger_row, rows.result_rows)}
+        return {key: entry for key, visible, entry in map(_ledger_row, rows.result_rows) if visible}
 
     def _ledger_sql(self, where: str) -> str:
-        """Ledger rows in the shape of :func:`_ledger_row` (kind 1)."""
+        """The newest ledger row of each matching key, in the shape of :func:`_ledger_row`."""
         head = ", ".join(ident(c) for c in (*SCOPE_COLUMNS, "batch_id"))
         tail = ", ".join(
             ident(c) for c in ("content_digest", "row_count", "root_id", "relation", "partition")
         )
         return (
-            f"SELECT {head}, 1, {tail} "
+            f"SELECT {head}, {ident('visible')}, {tail} "
             f"FROM {qualified(self.database, LEDGER_TABLE)} FINAL WHERE {where}"
         )
 
@@ -145,14 +137,31 @@ class Tables:
             ),
         )
 
-    def insert_ledger(self, batches: Sequence[tuple[BatchKey, str, int]]) -> None:
-        table = ledger_rows(batches, time.time_ns() // 1_000_000)
+    def insert_ledger(
+        self, batches: Sequence[tuple[BatchKey, str, int]], *, written_at_ms: int | None = None
+    ) -> None:
+        """Visible ledger rows for ``batches`` (their fact rows are stored)."""
+        at = time.time_ns() // 1_000_000 if written_at_ms is None else written_at_ms
+        table = ledger_rows(batches, at)
         self.run(
             "ledger insert",
             lambda client: client.insert_arrow(
                 LEDGER_TABLE, table, database=self.database, settings=INSERT_SETTINGS
             ),
         )
+
+    def insert_intents(self, batches: Sequence[tuple[BatchKey, str, int]]) -> int:
+        """Intent ledger rows for ``batches``, written before their fact rows; returns their
+        ``written_at`` (ms), which the visible rows must exceed to replace them."""
+        at = time.time_ns() // 1_000_000
+        table = ledger_rows(batches, at, visible=False)
+        self.run(
+            "intent insert",
+            lambda client: client.insert_arrow(
+                LEDGER_TABLE, table, database=self.database, settings=INSERT_SETTINGS
+            ),
+        )
+        return at
 
     def delete(self, table: str, where: str) -> None:
         """A synchronous mutation: it rewrites the parts (so erased values do not stay on
@@ -176,9 +185,9 @@ def _scope_values(key: BatchKey) -> tuple[str, str, str, str]:
 
 
 def _ledger_row(row: Sequence[Any]) -> tuple[LedgerKey, bool, LedgerEntry]:
-    """``(key, is_ledger_row, entry)`` of one row of :meth:`Tables.lookup`: tenant, project,
-    environment, generation, batch id, 1 (ledger) or 0 (a row count), digest, row count,
-    root id, relation, partition."""
+    """``(key, visible, entry)`` of one ledger row: tenant, project, environment,
+    generation, batch id, visible (1) or intent (0), digest, row count, root id, relation,
+    partition."""
     tenant, project, environment, generation, batch_id, kind, digest, count, root, rel, part = row
     key = (Scope(tenant, project, environment), str(generation), str(batch_id))
     entry = LedgerEntry(str(digest), int(count), str(root), str(rel), int(part))
