@@ -85,6 +85,22 @@ def test_stale_generation_is_409_and_new_one_accepted(rig: Rig) -> None:
     assert rig.control.facts.count("calls_v1", SCOPE_A, old) == 0
 
 
+def test_a_visible_batch_repeated_after_a_generation_switch_is_409(rig: Rig) -> None:
+    """A repeat answered from the ledger cache is checked against the active generation too:
+    a 200 would tell a projector its batch is in the new generation when it is not."""
+    old = rig.control.metastore.active_generation(SCOPE_A)
+    table = batch("threads_v1", "exec_r6")
+    first = rig.put(rig.token_a, SCOPE_A, "threads_v1", "exec_r6", table, generation=old)
+    assert first.status_code == 201
+    again = rig.put(rig.token_a, SCOPE_A, "threads_v1", "exec_r6", table, generation=old)
+    assert again.status_code == 200
+    assert rig.control.facts.stats.cache_hits == 1
+    new = rig.control.metastore.bump_generation(SCOPE_A)
+    stale = rig.put(rig.token_a, SCOPE_A, "threads_v1", "exec_r6", table, generation=old)
+    _error(stale, 409, "inactive_generation")
+    assert stale.json()["error"]["details"]["active_generation"] == new
+
+
 def _with_column(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
     return table.append_column(name, values)
 

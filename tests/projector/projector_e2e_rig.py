@@ -9,7 +9,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 import pyarrow as pa
 from projector_control_rig import control_plane
 from projector_fixtures import SCOPE, copy_store, real_dataplane
@@ -23,7 +22,7 @@ from baml_studio.control.schemas import PUBLIC_RELATIONS
 from baml_studio.control.service import ControlPlane
 from baml_studio.coordinator.source import first_per_key
 from baml_studio.gateway.service import Dataplane
-from baml_studio.projector.control_client import ControlClient
+from baml_studio.projector.control_client import ControlClient, SentRequest
 from baml_studio.projector.lance_store import PrivateStore
 from baml_studio.projector.worker import ProjectorWorker, WorkerConfig
 from baml_studio.publisher import Publisher
@@ -39,7 +38,7 @@ class Ingest:
     store_root: Path
     gateway_url: str = ""
     publisher_token: str = ""
-    captured: list[httpx.Request] = field(default_factory=list)
+    captured: list[SentRequest] = field(default_factory=list)
     """Every request the worker sent to the control plane, bodies included."""
 
     def generation(self) -> str:
@@ -114,9 +113,9 @@ def ingest_path(
             if ship:
                 report = Publisher(store_root, url, publisher_token).flush()
                 assert report.complete, report.problems
-            captured: list[httpx.Request] = []
-            http = httpx.Client(timeout=30, event_hooks={"request": [captured.append]})
-            client = ControlClient(rig.url, token, backoff_s=0.01, client=http)
+            captured: list[SentRequest] = []
+            # the client's own connections: batches go through the asyncio sender, as deployed
+            client = ControlClient(rig.url, token, backoff_s=0.01, on_request=captured.append)
             private = PrivateStore(str(tmp_path / "derived"))
             worker = ProjectorWorker(
                 store=dataplane.store,
@@ -139,4 +138,3 @@ def ingest_path(
                 )
             finally:
                 client.close()
-                http.close()

@@ -30,7 +30,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from baml_studio.projector.control_client import ControlClient, encode_batch, new_request_id
+from baml_studio.projector.control_client import (
+    ControlClient,
+    SentRequest,
+    encode_batch,
+    new_request_id,
+)
 from baml_studio.projector.errors import (
     ControlPlaneRefused,
     ControlPlaneUnavailable,
@@ -473,3 +478,76 @@ def test_constructor_refuses_bad_settings() -> None:
         ControlClient("ftp://example", "t")
     with pytest.raises(ValueError, match="negative"):
         ControlClient("http://127.0.0.1:1", "t", retries=-1)
+
+
+# -- batches on the asyncio sender (a client that owns its connections) ---------------------
+
+
+def owned_client(url: str, token: str, sent: list[SentRequest], **kwargs: Any) -> ControlClient:
+    return ControlClient(url, token, on_request=sent.append, **kwargs)
+
+
+def test_owned_client_sends_batches_on_its_event_loop(rig: ControlRig) -> None:
+    sent: list[SentRequest] = []
+    batches = [
+        public_batch(relation, f"exec_a{i}", partition=i % 2)
+        for i, relation in enumerate(["calls_v1", "threads_v1", "errors_v1", "health_v1"] * 5)
+    ]
+    with owned_client(rig.url, rig.token_a, sent) as client:
+        generation = client.active_generation(SCOPE_A)
+        acks = client.put_batches(SCOPE_A, generation, batches, concurrency=8)
+        assert [a.batch_id for a in acks] == [b.batch_id for b in batches]
+        assert [a.status for a in acks] == [201] * len(batches)
+        again = client.put_batches(SCOPE_A, generation, batches, concurrency=8)
+        assert [a.status for a in again] == [200] * len(batches)
+        assert client._async_sender is not None  # the asyncio path, not the thread pool
+        assert client._senders is None
+    puts = [r for r in sent if r.method == "PUT"]
+    assert len(puts) == 2 * len(batches)
+    ids = [r.headers["x-baml-request-id"] for r in sent]
+    assert len(set(ids)) == len(ids) and all(uuid.UUID(i).version == 7 for i in ids)
+    for request in puts:
+        assert request.headers["content-encoding"] == "zstd"
+        raw = zstandard.ZstdDecompressor().decompress(request.content)
+        assert (
+            request.headers["x-baml-content-digest"] == "sha256:" + hashlib.sha256(raw).hexdigest()
+        )
+
+
+def test_owned_client_raises_the_first_failure_and_learns_a_new_generation(
+    rig: ControlRig,
+) -> None:
+    sent: list[SentRequest] = []
+    good = public_batch("calls_v1", "exec_g1")
+    bad = public_batch("calls_v1", "exec_g2")
+    bad = PublicBatch("calls_v1", 0, bad.batch_id, "exec_other_root", bad.table)
+    with owned_client(rig.url, rig.token_a, sent) as client:
+        old = client.active_generation(SCOPE_A)
+        with pytest.raises(ControlPlaneRefused) as caught:
+            client.put_batches(SCOPE_A, old, [good, bad, good], concurrency=1)
+        assert caught.value.code == "root_mismatch"
+        assert len([r for r in sent if r.method == "PUT"]) == 2  # the third never started
+        new = rig.bump()
+        with pytest.raises(InactiveGeneration) as stale:
+            client.put_batches(SCOPE_A, old, [good, good], concurrency=2)
+        assert stale.value.active_generation == new
+        assert client.active_generation(SCOPE_A) == new  # learnt from the 409
+        acks = client.put_batches(
+            SCOPE_A, new, [good, public_batch("health_v1", "exec_g1")], concurrency=2
+        )
+        assert [a.status for a in acks] == [201, 201]
+
+
+def test_owned_client_retries_an_unreachable_control_plane_then_gives_up() -> None:
+    sent: list[SentRequest] = []
+    batches = [public_batch("calls_v1", f"exec_u{i}") for i in range(3)]
+    with (
+        owned_client(closed_port_url(), "token", sent, retries=2, backoff_s=0.001) as client,
+        pytest.raises(ControlPlaneUnavailable) as caught,
+    ):
+        client.put_batches(SCOPE_A, "gen_1", batches, concurrency=3)
+    assert "unreachable" in str(caught.value)
+    per_batch: dict[str, int] = {}
+    for request in sent:
+        per_batch[request.path] = per_batch.get(request.path, 0) + 1
+    assert per_batch and all(count == 3 for count in per_batch.values())  # 1 + 2 retries

@@ -49,7 +49,7 @@ MAX_JSON_BODY = 1024 * 1024
 BATCH_CHECK_THREADS = 4
 """Projection batches checked at once (token, body, scope, generation: CPU work; with
 hundreds of threads at it, Python threads mostly wait for each other's GIL)."""
-BATCH_WRITE_THREADS = 256
+BATCH_WRITE_THREADS = 512
 """Accepted projection batches waiting at once in the fact store's coalescer for their group;
 the more wait together, the more batches share one ClickHouse insert (the default thread
 pool's 40 would cap a group at 40)."""

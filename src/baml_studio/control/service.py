@@ -152,6 +152,7 @@ class ControlPlane:
         self.clock = clock
         self.verifier = TokenVerifier(keys, metastore, clock=clock)
         self._batch_checks = TtlCache(config.batch_auth_cache_s, clock=time.monotonic)
+        facts.admit_with(self._admit_generation)
         self._queries = threading.BoundedSemaphore(config.max_concurrent_queries)
         for version in CATALOG_VERSIONS:
             with self._metastore():
@@ -245,8 +246,9 @@ class ControlPlane:
 
     def accept_batch(self, headers: Mapping[str, str], batch_id: str, body: bytes) -> AcceptedBatch:
         """Every check of a batch that needs no fact store: the token, the body (digest,
-        schema, rows), the scope and the active generation. CPU work, so the route runs it
-        on a few threads only: with hundreds, Python threads mostly wait for each other."""
+        schema, rows) and the scope (the generation is checked when the batch's group is
+        written). CPU work, so the route runs it on a few threads only: with hundreds,
+        Python threads mostly wait for each other."""
         token = bearer_token(headers)
         identity = self._batch_checks.get(("token", token), lambda: self.workload(headers))
         if identity.expires_at <= self.clock():
@@ -262,17 +264,28 @@ class ControlPlane:
             ),
             lambda: self.scope_for(identity, request.project_id, request.environment_id),
         )
-        active = self._active_generation(scope)  # never cached: a switch must refuse at once
-        if request.generation != active:
-            raise Conflict(
-                f"generation {request.generation!r} is not the active generation of the scope",
-                code="inactive_generation",
-                details={"active_generation": active},
-            )
+        # the generation is checked by the fact store when it writes the batch's group (one
+        # metastore read per group) or answers it from its cache: see _admit_generation
         key = BatchKey(
-            scope, active, batch_id, request.root_id, request.relation, request.partition
+            scope,
+            request.generation,
+            batch_id,
+            request.root_id,
+            request.relation,
+            request.partition,
         )
         return AcceptedBatch(key, request.table, request.content_digest)
+
+    def _admit_generation(self, scope: Scope, generation: str) -> ApiError | None:
+        """A batch may be written only into the scope's active generation (read now)."""
+        active = self._active_generation(scope)
+        if generation == active:
+            return None
+        return Conflict(
+            f"generation {generation!r} is not the active generation of the scope",
+            code="inactive_generation",
+            details={"active_generation": active},
+        )
 
     def write_batch(self, accepted: AcceptedBatch) -> Answer:
         """Make an accepted batch visible (or find it visible): mostly waiting for the fact

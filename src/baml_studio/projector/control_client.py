@@ -38,9 +38,9 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
 import httpx
@@ -57,6 +57,9 @@ from baml_studio.projector.errors import (
 )
 from baml_studio.publisher.client import NODELAY, retry_after_seconds
 
+if TYPE_CHECKING:
+    from baml_studio.projector.batch_sender import AsyncBatchSender
+
 log = logging.getLogger(__name__)
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
@@ -66,6 +69,9 @@ MAX_IDEMPOTENCY_KEY = 256
 MAX_DETAIL_CHARS = 1000
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 ZSTD_LEVEL = 3
+MAX_SENDER_THREADS = 64
+"""Threads of the blocking transport's batch pool (a client given an ``httpx.Client``): past a
+few dozen, Python threads mostly wait for each other."""
 
 TokenSource = str | Callable[[], str]
 
@@ -128,6 +134,37 @@ def encode_batch(table: pa.Table) -> EncodedBatch:
     return EncodedBatch(body, "sha256:" + hashlib.sha256(raw).hexdigest(), len(raw))
 
 
+@dataclass(frozen=True, slots=True)
+class BatchRequest:
+    """One ``PUT /projection-batches/{batch_id}`` ready to send."""
+
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    context: str
+
+
+def batch_request(scope: Scope, generation: str, batch: PublicBatchLike) -> BatchRequest:
+    encoded = encode_batch(batch.table)
+    headers = {
+        "Content-Type": ARROW_STREAM,
+        "Content-Encoding": "zstd",
+        "X-Baml-Root-Id": batch.root_id,
+        "X-Baml-Project-Id": scope.project,
+        "X-Baml-Environment-Id": scope.environment,
+        "X-Baml-Relation": batch.relation,
+        "X-Baml-Partition": str(batch.partition),
+        "X-Baml-Projection-Generation": generation,
+        "X-Baml-Content-Digest": encoded.digest,
+    }
+    return BatchRequest(
+        f"/projection-batches/{quote(batch.batch_id, safe='')}",
+        headers,
+        encoded.body,
+        f"relation={batch.relation} batch_id={batch.batch_id}",
+    )
+
+
 class ControlClient:
     """Sync, thread-safe client of the workload API at ``base_url`` (``http://host:port`` or
     the spec's ``…/studio-data/v1``).
@@ -151,7 +188,8 @@ class ControlClient:
         backoff_max_s: float = 8.0,
         retry_after_max_s: float = 30.0,
         generation_ttl_s: float = 5.0,
-        max_connections: int = 64,
+        max_connections: int = 256,
+        on_request: Callable[[SentRequest], None] | None = None,
         sleep: Callable[[float], None] = time.sleep,
         rand: Callable[[], float] = random.random,
         clock: Callable[[], float] = time.monotonic,
@@ -159,7 +197,8 @@ class ControlClient:
         if retries < 0 or backoff_s < 0 or backoff_max_s < 0 or retry_after_max_s < 0:
             raise ValueError("retries and backoff bounds must not be negative")
         check_base_url(base_url, "control plane", "http(s)://host[:port][/path]")
-        self._base = base_url.rstrip("/")
+        self._base = self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
         self._token_source = token
         self._owns_client = client is None
         if client is None:
@@ -178,10 +217,40 @@ class ControlClient:
         self._lock = threading.Lock()
         self._schemas: dict[str, dict[str, Any]] = {}
         self._generations: dict[Scope, tuple[str, float]] = {}
+        self.max_connections = max_connections
+        self._on_request = on_request
+        self._senders: ThreadPoolExecutor | None = None
+        self._async_sender: AsyncBatchSender | None = None
 
     def close(self) -> None:
+        with self._lock:
+            senders, self._senders = self._senders, None
+            async_sender, self._async_sender = self._async_sender, None
+        if senders is not None:
+            senders.shutdown(wait=True, cancel_futures=True)
+        if async_sender is not None:
+            async_sender.close()
         if self._owns_client:
             self._http.close()
+
+    def _batch_sender(self) -> AsyncBatchSender:
+        with self._lock:
+            if self._async_sender is None:
+                from baml_studio.projector.batch_sender import AsyncBatchSender
+
+                self._async_sender = AsyncBatchSender(self)
+            return self._async_sender
+
+    def _sender_pool(self) -> ThreadPoolExecutor:
+        """The threads every :meth:`put_batches` call shares (``max_connections`` of them):
+        two projector threads sending at once share one bound, so the control plane and this
+        process see at most ``max_connections`` batches in flight, not a pool per caller."""
+        with self._lock:
+            if self._senders is None:
+                self._senders = ThreadPoolExecutor(
+                    min(self.max_connections, MAX_SENDER_THREADS), thread_name_prefix="control-put"
+                )
+            return self._senders
 
     def __enter__(self) -> ControlClient:
         return self
@@ -243,32 +312,30 @@ class ControlClient:
 
     def put_batch(self, scope: Scope, generation: str, batch: PublicBatchLike) -> BatchAck:
         """Send one public batch; returns once its rows are visible."""
-        encoded = encode_batch(batch.table)
-        headers = {
-            "Content-Type": ARROW_STREAM,
-            "Content-Encoding": "zstd",
-            "X-Baml-Root-Id": batch.root_id,
-            "X-Baml-Project-Id": scope.project,
-            "X-Baml-Environment-Id": scope.environment,
-            "X-Baml-Relation": batch.relation,
-            "X-Baml-Partition": str(batch.partition),
-            "X-Baml-Projection-Generation": generation,
-            "X-Baml-Content-Digest": encoded.digest,
-        }
-        context = f"relation={batch.relation} batch_id={batch.batch_id}"
-        path = f"/projection-batches/{quote(batch.batch_id, safe='')}"
+        request = batch_request(scope, generation, batch)
         try:
             response = self._call(
-                "PUT", path, "put_batch", headers=headers, content=encoded.body, context=context
+                "PUT",
+                request.path,
+                "put_batch",
+                headers=request.headers,
+                content=request.body,
+                context=request.context,
             )
         except InactiveGeneration as exc:
-            if exc.active_generation:
-                self._remember(scope, exc.active_generation)
+            self._inactive(scope, exc)
             raise
+        return self._acked(request, response)
+
+    def _inactive(self, scope: Scope, exc: InactiveGeneration) -> None:
+        if exc.active_generation:
+            self._remember(scope, exc.active_generation)
+
+    def _acked(self, request: BatchRequest, response: httpx.Response) -> BatchAck:
         ack = _batch_ack(response)
         log.info(
             "projection batch %s status=%d rows=%d generation=%s",
-            context,
+            request.context,
             ack.status,
             ack.row_count,
             ack.generation,
@@ -283,23 +350,44 @@ class ControlClient:
         *,
         concurrency: int = 4,
     ) -> list[BatchAck]:
-        """Send ``batches`` up to ``concurrency`` at a time; acks in the order given. On the
-        first failure the batches not yet started are not sent, and the error of the earliest
-        failed batch is raised once the running ones finish."""
+        """Send ``batches`` up to ``concurrency`` at a time, on the threads all callers of
+        this client share (at most ``max_connections`` in flight in all); acks in the order
+        given. On the first failure the batches not yet started are not sent, and the error of
+        the earliest failed batch is raised once the running ones finish."""
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         items = list(batches)
         if concurrency == 1 or len(items) <= 1:
             return [self.put_batch(scope, generation, batch) for batch in items]
-        workers = min(concurrency, len(items))
-        with ThreadPoolExecutor(workers, thread_name_prefix="control-put") as pool:
-            futures = [pool.submit(self.put_batch, scope, generation, b) for b in items]
-            _done, pending = wait(futures, return_when=FIRST_EXCEPTION)
-            for future in pending:
-                future.cancel()
+        if self._owns_client:
+            return self._batch_sender().put_all(scope, generation, items, concurrency)
+        # at most ``concurrency`` of this call's batches queued in the shared pool at once
+        slots = threading.BoundedSemaphore(concurrency)
+        failed = threading.Event()
+        futures = []
+
+        def send(batch: PublicBatchLike) -> BatchAck:
+            try:
+                if failed.is_set():
+                    raise NotSent()
+                return self.put_batch(scope, generation, batch)
+            except BaseException:
+                failed.set()
+                raise
+            finally:
+                slots.release()
+
+        pool = self._sender_pool()
+        for batch in items:
+            slots.acquire()
+            if failed.is_set():
+                slots.release()
+                break
+            futures.append(pool.submit(send, batch))
+        wait(futures)
         for future in futures:
-            error = None if future.cancelled() else future.exception()
-            if error is not None:
+            error = future.exception()
+            if error is not None and not isinstance(error, NotSent):
                 raise error
         return [future.result() for future in futures]
 
@@ -359,71 +447,138 @@ class ControlClient:
         context: str = "",
     ) -> httpx.Response:
         """One operation with its retries: the 2xx response, else one of the errors above."""
-        attempt = 0
-        refreshed = False
+        attempts = Attempts(self, operation, context)
+        if json_body is not None:
+            content = json.dumps(json_body, separators=(",", ":")).encode("utf-8")
+            headers = {"Content-Type": "application/json", **(headers or {})}
         while True:
-            token = self._token()
-            request_id = new_request_id()
-            sent = {
-                "Authorization": f"Bearer {token}",
-                "X-Baml-Request-Id": request_id,
-                "Accept": "application/json",
-                **(headers or {}),
-            }
-            retry_after: float | None = None
-            cause: BaseException | None = None
+            sent = attempts.headers(headers)
+            self._observe(method, path, sent, content)
             try:
                 response = self._http.request(
-                    method, self._base + path, headers=sent, content=content, json=json_body
+                    method, self._base + path, headers=sent, content=content
                 )
             except httpx.HTTPError as exc:
-                failure: ProjectorError = ControlPlaneUnavailable(
-                    f"{operation}: the control plane is unreachable: {type(exc).__name__}: {exc} "
-                    f"(request_id={request_id})"
-                )
-                cause = exc
-                log.warning(
-                    "control %s failed request_id=%s %s error=%s",
-                    operation,
-                    request_id,
-                    context,
-                    type(exc).__name__,
-                )
+                outcome: httpx.Response | float | None = attempts.failed(exc)
             else:
-                status = response.status_code
-                log.debug(
-                    "control %s status=%d request_id=%s %s", operation, status, request_id, context
+                outcome = attempts.answered(response)
+            if isinstance(outcome, httpx.Response):
+                return outcome
+            if outcome is not None:
+                self._sleep(outcome)
+
+    def _observe(
+        self, method: str, path: str, headers: Mapping[str, str], content: bytes | None
+    ) -> None:
+        if self._on_request is not None:
+            self._on_request(
+                SentRequest(
+                    method, path, {k.lower(): v for k, v in headers.items()}, content or b""
                 )
-                if status < 300:
-                    return response
-                code, failure = _refusal(operation, response, request_id)
-                log.warning(
-                    "control %s refused status=%d code=%s request_id=%s %s",
-                    operation,
-                    status,
-                    code,
-                    request_id,
-                    context,
-                )
-                if status == 401 and callable(self._token_source) and not refreshed:
-                    refreshed = True
-                    if self._token() != token:
-                        continue
-                if status not in RETRYABLE_STATUS:
-                    raise failure
-                retry_after = retry_after_seconds(response.headers.get("Retry-After"))
-            if attempt >= self.retries:
-                raise failure from cause
-            delay = self._delay(attempt, retry_after)
-            attempt += 1
-            log.info("control %s retry %d in %.2fs %s", operation, attempt, delay, context)
-            self._sleep(delay)
+            )
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         backoff = min(self.backoff_max_s, self.backoff_s * (1 << min(attempt, 30))) * self._rand()
         if retry_after is None:
             return backoff
         return max(backoff, min(retry_after, self.retry_after_max_s))
+
+
+class Attempts:
+    """The retry rules of one operation, shared by the blocking and the asyncio transport:
+    :meth:`headers` for the next attempt; :meth:`answered` / :meth:`failed` return the 2xx
+    response, a delay before the next attempt, ``None`` to retry at once (a refreshed token),
+    or raise the operation's error."""
+
+    def __init__(self, client: ControlClient, operation: str, context: str) -> None:
+        self.client = client
+        self.operation = operation
+        self.context = context
+        self.attempt = 0
+        self.refreshed = False
+        self.token = ""
+        self.request_id = ""
+
+    def headers(self, extra: Mapping[str, str] | None) -> dict[str, str]:
+        self.token = self.client._token()
+        self.request_id = new_request_id()
+        return {
+            "Authorization": f"Bearer {self.token}",
+            "X-Baml-Request-Id": self.request_id,
+            "Accept": "application/json",
+            **(extra or {}),
+        }
+
+    def failed(self, exc: BaseException) -> float:
+        """A transport error (unreachable, timeout): the delay, or the error once spent."""
+        log.warning(
+            "control %s failed request_id=%s %s error=%s",
+            self.operation,
+            self.request_id,
+            self.context,
+            type(exc).__name__,
+        )
+        failure = ControlPlaneUnavailable(
+            f"{self.operation}: the control plane is unreachable: {type(exc).__name__}: {exc} "
+            f"(request_id={self.request_id})"
+        )
+        return self._next(failure, exc, None)
+
+    def answered(self, response: httpx.Response) -> httpx.Response | float | None:
+        status = response.status_code
+        log.debug(
+            "control %s status=%d request_id=%s %s",
+            self.operation,
+            status,
+            self.request_id,
+            self.context,
+        )
+        if status < 300:
+            return response
+        code, failure = _refusal(self.operation, response, self.request_id)
+        log.warning(
+            "control %s refused status=%d code=%s request_id=%s %s",
+            self.operation,
+            status,
+            code,
+            self.request_id,
+            self.context,
+        )
+        client = self.client
+        if status == 401 and callable(client._token_source) and not self.refreshed:
+            self.refreshed = True
+            if client._token() != self.token:
+                return None
+        if status not in RETRYABLE_STATUS:
+            raise failure
+        return self._next(failure, None, retry_after_seconds(response.headers.get("Retry-After")))
+
+    def _next(
+        self, failure: ProjectorError, cause: BaseException | None, retry_after: float | None
+    ) -> float:
+        if self.attempt >= self.client.retries:
+            raise failure from cause
+        delay = self.client._delay(self.attempt, retry_after)
+        self.attempt += 1
+        log.info(
+            "control %s retry %d in %.2fs %s", self.operation, self.attempt, delay, self.context
+        )
+        return delay
+
+
+@dataclass(frozen=True, slots=True)
+class SentRequest:
+    """What the client sent (the ``on_request`` hook's argument): lower-case header names."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    content: bytes
+
+
+class NotSent(Exception):
+    """A batch of a :meth:`ControlClient.put_batches` call not sent after an earlier one
+    failed (never raised to the caller: the earlier failure is)."""
 
 
 def _chunk_key(key: str, index: int, count: int) -> str:

@@ -65,7 +65,7 @@ class FactStoreConfig:
     coalesce_linger_ms: float = 5.0
     """How long the first waiting batch waits for others to share its group's statements."""
 
-    coalesce_writers: int = 2
+    coalesce_writers: int = 1
     """Flusher threads writing groups at the same time (a group's statements run one after
     another; two writers keep ClickHouse busy while the other group's callers are answered)."""
 

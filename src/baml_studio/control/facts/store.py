@@ -10,12 +10,15 @@ runs one caller query on a fresh read-only client with budgets. Only our errors 
 
 from __future__ import annotations
 
+import copy
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 import pyarrow as pa
 
+from baml_studio.apierrors import ApiError
 from baml_studio.catalog.schema import PUBLIC_RELATIONS
 from baml_studio.control.facts.batch import (
     BatchKey,
@@ -63,6 +66,11 @@ class FactStorePort(Protocol):
     ) -> tuple[str, int] | None: ...
 
 
+Admission = Callable[[Scope, str], ApiError | None]
+"""Whether batches of ``(scope, generation)`` may be written or answered now: ``None``, or
+the refusal each of them gets (the control plane's: the generation is not the active one)."""
+
+
 class FactStore:
     """Public facts of every scope and generation in one ClickHouse database."""
 
@@ -75,6 +83,8 @@ class FactStore:
         self._cache = LedgerCache(config.ledger_cache_entries)
         self._key_locks = KeyLocks()
         self._gate = ScopeGate()
+        self._inserts = ThreadPoolExecutor(len(PUBLIC_RELATIONS), thread_name_prefix="facts-insert")
+        self._admit: Admission | None = None
         self._coalescer = Coalescer(
             self._write_group,
             linger_s=config.coalesce_linger_ms / 1000,
@@ -93,6 +103,7 @@ class FactStore:
     def close(self) -> None:
         """Write what is queued, stop the flushers and close the pooled clients."""
         self._coalescer.close()
+        self._inserts.shutdown()
         self._pool.close()
 
     def __enter__(self) -> FactStore:
@@ -100,6 +111,12 @@ class FactStore:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    def admit_with(self, admission: Admission) -> None:
+        """Check every batch with ``admission`` before it is answered: once per scope and
+        generation of a coalesced group (fresh at write time, one metastore read for the
+        group), and for a batch answered from the ledger cache."""
+        self._admit = admission
 
     def ensure_schema(self) -> None:
         """Create the database, the six relation tables and the ledger (idempotent)."""
@@ -120,6 +137,9 @@ class FactStore:
         with self._gate.shared(key.scope, key.generation), self._key_locks.hold(key.ledger_key):
             cached = self._cache.get(key.ledger_key)
             if cached is not None:
+                refusal = None if self._admit is None else self._admit(key.scope, key.generation)
+                if refusal is not None:
+                    raise refusal
                 self.stats.add(cache_hits=1)
                 return self._visible(key, cached, content_digest)
             item = Pending(key, rows, content_digest)
@@ -153,6 +173,9 @@ class FactStore:
         one intent insert for the new batches; one fact insert per relation with new
         batches; one visible ledger insert. A batch whose newest ledger row is an intent
         (a crash or failure after its intent) is looked for in its fact table first."""
+        group = self._admitted(group)
+        if not group:
+            return
         visible, intents = self._tables.lookup([item.key for item in group])
         new: dict[str, list[Pending]] = {}
         recovered: list[Pending] = []
@@ -174,10 +197,14 @@ class FactStore:
             intent_at = self._tables.insert_intents(
                 [(item.key, item.content_digest, item.rows.num_rows) for item in fresh]
             )
-        for relation, items in sorted(new.items()):
-            table = pa.concat_tables([fact_rows(item.key, item.rows) for item in items])
-            self._tables.insert_facts(relation, table)
-            self.stats.add(inserts=1, batches=len(items), rows=table.num_rows)
+        inserts = [
+            (relation, pa.concat_tables([fact_rows(item.key, item.rows) for item in items]))
+            for relation, items in sorted(new.items())
+        ]
+        # the relations' inserts at once: ClickHouse works on them without holding the GIL
+        for table in self._inserts.map(lambda insert: self._insert(*insert), inserts):
+            self.stats.add(inserts=1, rows=table.num_rows)
+        self.stats.add(batches=len(fresh))
         written = [*recovered, *fresh]
         if written:
             self._tables.insert_ledger(
@@ -188,6 +215,28 @@ class FactStore:
         for item in written:
             item.visible = item.key.entry(item.content_digest, item.rows.num_rows)
             item.result = BatchResult("created", item.rows.num_rows)
+
+    def _admitted(self, group: Sequence[Pending]) -> Sequence[Pending]:
+        """The batches of ``group`` the admission lets through; the others get its refusal."""
+        if self._admit is None:
+            return group
+        verdicts: dict[tuple[Scope, str], ApiError | None] = {}
+        for item in group:
+            scope_generation = (item.key.scope, item.key.generation)
+            if scope_generation not in verdicts:
+                verdicts[scope_generation] = self._admit(*scope_generation)
+        passed = []
+        for item in group:
+            refusal = verdicts[(item.key.scope, item.key.generation)]
+            if refusal is None:
+                passed.append(item)
+            else:
+                item.error = copy.copy(refusal)  # one instance per caller's thread
+        return passed
+
+    def _insert(self, relation: str, table: pa.Table) -> pa.Table:
+        self._tables.insert_facts(relation, table)
+        return table
 
     def _recover(self, item: Pending) -> bool:
         """Whether the rows already stored under the batch are exactly its rows (then only

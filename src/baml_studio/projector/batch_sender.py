@@ -1,0 +1,153 @@
+"""Public batches sent on one asyncio thread (aiohttp): many in flight, little CPU each.
+
+:meth:`ControlClient.put_batches` hands its batches here when the client owns its HTTP
+connections. The control plane coalesces the batches that wait at the same time into one
+ledger lookup and one ClickHouse insert per relation, so the more batches are in flight, the
+fewer inserts per batch; a thread per batch in flight (the blocking transport) costs the
+projector about a millisecond of CPU per request and stops scaling past a few dozen threads,
+while one event loop holds hundreds (measured: httpx with 64 threads 1.2 ms of client CPU
+per request; aiohttp 0.12-0.14 ms at 64 and at 256 in flight).
+
+Every request follows the same rules as the blocking transport (:class:`Attempts`: retries
+with backoff and ``Retry-After``, a refreshed token after a 401, errors by status) and passes
+the client's ``on_request`` hook. The loop runs on a daemon thread started on first use and
+stopped by :meth:`close`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import aiohttp
+import httpx
+
+from baml_studio.gateway.config import Scope
+from baml_studio.projector.control_client import (
+    Attempts,
+    BatchAck,
+    BatchRequest,
+    NotSent,
+    PublicBatchLike,
+    batch_request,
+)
+from baml_studio.projector.errors import InactiveGeneration
+
+if TYPE_CHECKING:
+    from baml_studio.projector.control_client import ControlClient
+
+
+class AsyncBatchSender:
+    """An event loop thread and one aiohttp session of at most ``max_connections``."""
+
+    def __init__(self, client: ControlClient) -> None:
+        self.client = client
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._session: aiohttp.ClientSession | None = None
+        self._thread = threading.Thread(target=self._run, name="control-batches", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.call_soon(self._ready.set)
+        self._loop.run_forever()
+
+    async def _open(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self.client.max_connections),
+                timeout=aiohttp.ClientTimeout(total=self.client.timeout_s),
+            )
+        return self._session
+
+    def put_all(
+        self,
+        scope: Scope,
+        generation: str,
+        batches: Sequence[PublicBatchLike],
+        concurrency: int,
+    ) -> list[BatchAck]:
+        """What :meth:`ControlClient.put_batches` promises: acks in order; on the first
+        failure no further batch starts and the earliest failed batch's error is raised once
+        the running ones finish."""
+        requests = [batch_request(scope, generation, batch) for batch in batches]
+        future = asyncio.run_coroutine_threadsafe(
+            self._put_all(scope, requests, concurrency), self._loop
+        )
+        return future.result()
+
+    async def _put_all(
+        self, scope: Scope, requests: list[BatchRequest], concurrency: int
+    ) -> list[BatchAck]:
+        session = await self._open()
+        slots = asyncio.Semaphore(concurrency)
+        failed = asyncio.Event()
+
+        async def send(request: BatchRequest) -> BatchAck:
+            async with slots:
+                if failed.is_set():
+                    raise NotSent()
+                try:
+                    return await self._put(session, scope, request)
+                except BaseException:
+                    failed.set()
+                    raise
+
+        results = await asyncio.gather(*(send(r) for r in requests), return_exceptions=True)
+        acks: list[BatchAck] = []
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, NotSent):
+                raise result
+        for result in results:
+            if isinstance(result, BaseException):  # only NotSent left: an earlier failure
+                raise RuntimeError("a batch was not sent, yet no batch failed")
+            acks.append(result)
+        return acks
+
+    async def _put(
+        self, session: aiohttp.ClientSession, scope: Scope, request: BatchRequest
+    ) -> BatchAck:
+        client = self.client
+        url = client.base_url + request.path
+        attempts = Attempts(client, "put_batch", request.context)
+        while True:
+            sent = attempts.headers(request.headers)
+            client._observe("PUT", request.path, sent, request.body)
+            try:
+                async with session.put(url, data=request.body, headers=sent) as answer:
+                    content = await answer.read()
+                    response = httpx.Response(
+                        answer.status,
+                        headers=list(answer.headers.items()),
+                        content=content,
+                        request=httpx.Request("PUT", url),
+                    )
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                outcome: httpx.Response | float | None = attempts.failed(exc)
+            else:
+                try:
+                    outcome = attempts.answered(response)
+                except InactiveGeneration as exc:
+                    client._inactive(scope, exc)
+                    raise
+            if isinstance(outcome, httpx.Response):
+                return client._acked(request, outcome)
+            if outcome is not None:
+                await asyncio.sleep(outcome)
+
+    def close(self) -> None:
+        """Close the session and stop the loop thread."""
+
+        async def shut() -> None:
+            if self._session is not None:
+                await self._session.close()
+
+        if self._loop.is_running():
+            asyncio.run_coroutine_threadsafe(shut(), self._loop).result(timeout=10)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+        self._loop.close()
