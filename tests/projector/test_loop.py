@@ -243,10 +243,32 @@ def test_stop_makes_the_rest_of_a_leased_batch_visible_again(local: Projector) -
             stop.set()  # SIGTERM while the first message is handled
         return ObjectNotFound(key)
 
-    report = run_projector(rewired(local, fail=fail), stop=stop, wait_s=0.05)
+    report = run_projector(rewired(local, fail=fail), stop=stop, wait_s=0.05, receive_batch=10)
     assert report.worker.messages == 1 and report.worker.deleted == 1
     again = local.queue.receive(max_messages=10, wait_s=0)  # visible now, not in 30 s
     assert [m.receive_count for m in again] == [2, 2]
+
+
+def test_workers_take_one_message_each_so_a_second_worker_is_not_starved(
+    local: Projector,
+) -> None:
+    """Two workers, two messages: each worker handles one (with ten per receive, the first
+    worker would take both and the second would wait on an empty queue)."""
+    started = threading.Barrier(2, timeout=10)
+    names = []
+    for n in (1, 2):
+        key, body = pack_notice(local.store.bucket, n)
+        names.append(key)
+        local.queue.send(body)
+
+    def fail(key: str) -> Exception:
+        started.wait()  # only passes while both messages are in hand at once
+        return ObjectNotFound(key)
+
+    report = run_projector(rewired(local, fail=fail), stop=threading.Event(), once=True, workers=2)
+    assert report.worker.messages == 2 and report.worker.deleted == 2
+    with pytest.raises(ValueError, match="receive_batch"):
+        run_projector(local, stop=threading.Event(), receive_batch=11)
 
 
 def test_receive_failures_are_retried_and_raised_in_once_mode(

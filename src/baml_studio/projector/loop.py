@@ -3,7 +3,7 @@ sweep and compaction (``baml-studio projector``)::
 
     run_projector(projector, stop=event, workers=N, wait_s=10, sweep=fn, compact=fn)
 
-    worker thread × N   receive (long poll ≤ wait_s, 10 at a time) ─> ProjectorWorker.handle
+    worker thread × N   receive (long poll ≤ wait_s, 1 at a time) ─> ProjectorWorker.handle
                         for each message in turn
     calling thread      sweep() every ``sweep_interval_s``, compact() every
                         ``compact_interval_s`` (both first at start), the counts every
@@ -49,7 +49,11 @@ log = logging.getLogger(__name__)
 Maintenance = Callable[[], object]
 """A periodic task (sweep, compaction): no arguments; the result is ignored."""
 
-RECEIVE_BATCH = 10
+RECEIVE_BATCH = 1
+"""Messages a worker thread takes per receive. One: a message is a whole meta object (often
+hundreds of executions), so a thread that took ten would work through them one after another
+while the other threads wait on an empty queue, and the last of the ten would sit out its
+visibility timeout meanwhile."""
 RECEIVE_BACKOFF_S = 0.5
 RECEIVE_BACKOFF_MAX_S = 30.0
 LOG_INTERVAL_S = 60.0
@@ -95,13 +99,20 @@ def summed(stats: list[WorkerStats]) -> WorkerStats:
 
 class _WorkerThread(threading.Thread):
     def __init__(
-        self, projector: Projector, stop: threading.Event, wait_s: float, once: bool, index: int
+        self,
+        projector: Projector,
+        stop: threading.Event,
+        wait_s: float,
+        once: bool,
+        index: int,
+        receive_batch: int = RECEIVE_BATCH,
     ) -> None:
         super().__init__(name=f"projector-worker-{index}", daemon=True)
         self.worker: ProjectorWorker = projector.worker()
         self.queue = projector.queue
         self.stop = stop
         self.wait_s = wait_s
+        self.receive_batch = receive_batch
         self.once = once
         self.errors = 0
         self.failure: BaseException | None = None
@@ -111,7 +122,7 @@ class _WorkerThread(threading.Thread):
         failures = 0
         while not self.stop.is_set():
             try:
-                messages = self.queue.receive(max_messages=RECEIVE_BATCH, wait_s=self.wait_s)
+                messages = self.queue.receive(max_messages=self.receive_batch, wait_s=self.wait_s)
             except Exception as exc:  # the queue, or a bug in it: never end the service
                 self.errors += 1
                 if self.once:
@@ -183,15 +194,21 @@ def run_projector(
     once: bool = False,
     log_interval_s: float = LOG_INTERVAL_S,
     clock: Callable[[], float] = time.monotonic,
+    receive_batch: int = RECEIVE_BATCH,
 ) -> LoopReport:
     """Serve the projection queue until ``stop`` is set (module docstring); with ``once``,
-    until nothing is visible. Returns the summed counters."""
+    until nothing is visible. ``receive_batch``: messages a worker takes per receive (see
+    :data:`RECEIVE_BATCH`). Returns the summed counters."""
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
     if not wait_s >= 0:
         raise ValueError(f"wait_s must be >= 0 seconds, got {wait_s}")
     report = LoopReport()
-    threads = [_WorkerThread(projector, stop, wait_s, once, i) for i in range(workers)]
+    if not 1 <= receive_batch <= 10:
+        raise ValueError(f"receive_batch must be 1..10 (an SQS receive), got {receive_batch}")
+    threads = [
+        _WorkerThread(projector, stop, wait_s, once, i, receive_batch) for i in range(workers)
+    ]
     log.info("projector: %d worker(s) started%s", workers, " (once)" if once else "")
     for thread in threads:
         thread.start()
