@@ -7,12 +7,15 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
+import pytest
 import zstandard
 from projector_e2e_rig import assert_same_relations, ingest_path
 from projector_fixtures import SCOPE, workload_store
 
 from baml_studio.gateway.keys import evidence_prefix, segment_key
+from baml_studio.projector.worker import WorkerConfig
 from baml_studio.queue.port import Message
 
 __all__ = ["workload_store"]
@@ -68,6 +71,32 @@ def _assert_no_private_data_crossed(ingest) -> None:
     assert secrets and values  # the check below can fail
     leaked = sorted(s for s in secrets | values if s in sent)
     assert not leaked, leaked[:5]
+
+
+def test_a_meta_object_projected_in_slices_equals_the_local_catalog(
+    tmp_path: Path,
+    chdb_dsn: str,
+    fact_database: str,
+    workload_store: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Slices of 2 executions: each slice is sent and committed on its own (one Lance
+    commit per slice), and the whole equals the local catalog."""
+    config = WorkerConfig(retry_backoff_s=(0,), slice_executions=2)
+    with ingest_path(tmp_path, chdb_dsn, fact_database, workload_store, config=config) as ingest:
+        slices: list[int] = []
+        write = ingest.private.write_executions
+
+        def counted(executions: Any) -> None:
+            slices.append(len(executions))
+            write(executions)
+
+        monkeypatch.setattr(ingest.private, "write_executions", counted)
+        _drain_all(ingest)
+        assert ingest.worker.stats.quarantined == 0
+        assert slices and max(slices) <= 2
+        assert sum(slices) == ingest.worker.stats.executions > 2
+        assert_same_relations(ingest.projected_tables(), ingest.local_tables())
 
 
 def test_duplicate_notifications_give_one_fact_set(

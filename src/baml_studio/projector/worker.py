@@ -49,7 +49,7 @@ from baml_studio.projector.errors import (
     ValuesPending,
 )
 from baml_studio.projector.evidence import EvidenceReader
-from baml_studio.projector.gather import gather_root_ended
+from baml_studio.projector.gather import Gathered, gather_root_ended
 from baml_studio.projector.lance_store import PrivateStore
 from baml_studio.projector.messages import (
     EvidenceKey,
@@ -82,6 +82,12 @@ class WorkerConfig:
 
     partition_rows: int = 50_000
     """Rows per public batch."""
+
+    slice_executions: int = 256
+    """Executions of one meta object projected, sent and committed together. A meta object
+    can hold thousands; in slices, its first executions are queryable while the rest are
+    folded, and two workers' folding and sending interleave instead of both folding at once
+    while the control plane waits. Each slice is one Lance commit per dataset."""
 
     batch_concurrency: int = 256
     """Public batches of one meta object in flight at once. The control plane coalesces the
@@ -268,6 +274,26 @@ class ProjectorWorker:
             return
         private = self.private_store(key.scope)
         generation = self.control.active_generation(key.scope, self.config.catalog_version)
+        step = self.config.slice_executions
+        for start in range(0, len(gathered.executions), step):
+            generation = self._project_slice(
+                event, key.scope, generation, reader, private, gathered, start, start + step
+            )
+
+    def _project_slice(
+        self,
+        event: ObjectEvent,
+        scope: Scope,
+        generation: str,
+        reader: EvidenceReader,
+        private: PrivateStore,
+        gathered: Gathered,
+        start: int,
+        end: int,
+    ) -> str:
+        """Project executions ``start:end`` of a meta object: values checked, public batches
+        visible, then the private rows (one commit per dataset, the markers last). Returns
+        the generation the batches went to."""
         projections = [
             (
                 inputs,
@@ -277,12 +303,11 @@ class ProjectorWorker:
                     partition_rows=self.config.partition_rows,
                 ),
             )
-            for inputs in gathered.executions
+            for inputs in gathered.executions[start:end]
         ]
         wanted = frozenset(cid for _, p in projections for cid in p.value_cids)
         self._ensure_cids(reader, private, wanted, f"meta object {event.key}")
-        kept = self._send_all(key.scope, generation, private, [p for _, p in projections])
-        # one commit per dataset for the whole object, the projected_v1 markers last
+        kept, generation = self._send_all(scope, generation, private, [p for _, p in projections])
         private.write_executions(
             [
                 (
@@ -296,11 +321,13 @@ class ProjectorWorker:
             ]
         )
         self.stats.executions += len(kept)
+        return generation
 
     def _send_all(
         self, scope: Scope, generation: str, private: PrivateStore, projections: list[Projection]
-    ) -> set[str]:
-        """Every public batch of ``projections`` (visible on return); the root ids to write.
+    ) -> tuple[set[str], str]:
+        """Every public batch of ``projections`` (visible on return); the root ids to write
+        and the generation the batches went to (a newer one after a 409).
         An execution the sweep closed before this late RootEnded arrived is kept out: the
         control plane refuses its changed batches with 409 and its abandoned facts stay
         (``sweep.reopen`` and a replay re-project it); the other executions go on."""
@@ -308,15 +335,14 @@ class ProjectorWorker:
             "", tuple(b for p in projections for b in p.public), (), frozenset()
         )
         try:
-            self._send(scope, generation, everything)
-            return {p.root_id for p in projections}
+            return {p.root_id for p in projections}, self._send(scope, generation, everything)
         except ControlPlaneRefused as exc:
             if exc.code != "batch_digest_conflict":
                 raise
         kept = set()
         for projection in projections:  # find the late ones, one execution at a time
             try:
-                self._send(scope, generation, projection)
+                generation = self._send(scope, generation, projection)
             except ControlPlaneRefused as exc:
                 if exc.code != "batch_digest_conflict" or not private.projected(
                     {projection.root_id}
@@ -329,7 +355,7 @@ class ProjectorWorker:
                 self.stats.late_root_ended += 1
                 continue
             kept.add(projection.root_id)
-        return kept
+        return kept, generation
 
     def _ensure_values(
         self, reader: EvidenceReader, private: PrivateStore, projection: Projection
