@@ -19,6 +19,7 @@ from baml_studio.control.facts.ddl import (
     clickhouse_type,
     create_ledger_sql,
     create_table_sql,
+    nullable_key,
     sort_key,
     table_columns,
 )
@@ -77,14 +78,17 @@ def test_ddl_text_has_every_public_column_and_no_private_one(relation: str) -> N
 
 def test_ddl_sort_keys() -> None:
     calls = sort_key(RELATIONS["calls_v1"])[4:]
-    assert calls == ["ifNull(\"fqn\", '')", '"started_ns"', '"execution_id"', '"call_id"']
+    assert calls == ["ifNull(\"fqn\", '')", '"started_at"', '"execution_id"', '"call_id"']
     assert sort_key(RELATIONS["threads_v1"])[4:] == [
-        '"started_ns"',
+        '"started_at"',
         '"execution_id"',
         '"thread_id"',
     ]
     definitions = sort_key(RELATIONS["function_definitions_v1"])[4:]
     assert definitions == ['"program_id"', '"function_id"']
+    assert sorted(name for name, rel in RELATIONS.items() if nullable_key(rel)) == sorted(
+        ["calls_v1", "threads_v1"]
+    )
 
 
 def test_unknown_arrow_type_raises() -> None:
@@ -129,9 +133,31 @@ def test_executed_ddl_matches_the_split(store: FactStore, fact_database: str) ->
     assert engine["projection_batches"][0] == "ReplacingMergeTree"
     assert engine["calls_v1"] == (
         "MergeTree",
-        "tenant_id, project_id, environment_id, generation, ifNull(fqn, ''), started_ns, "
+        "tenant_id, project_id, environment_id, generation, ifNull(fqn, ''), started_at, "
         "execution_id, call_id",
     )
+
+
+def test_a_time_window_prunes_by_the_sort_key(store: FactStore) -> None:
+    """``started_at >= x`` reads only the granules of the window: the key holds the
+    wall-clock start (a plan check, not a timing)."""
+    n = 40_000
+    rows = sample_rows("calls_v1", n)
+    start = 1_790_000_000 * 10**9
+    times = pa.array([start + i * 10**9 for i in range(n)], pa.timestamp("ns", tz="UTC"))
+    rows = rows.set_column(
+        rows.schema.get_field_index("started_at"), rows.field("started_at"), times
+    )
+    rows = rows.set_column(
+        rows.schema.get_field_index("fqn"), rows.field("fqn"), pa.array(["f"] * n, pa.string())
+    )
+    store.put_batch(key("calls_v1", "r1"), rows, "sha256:t")
+    window = f"toDateTime64({1_790_000_000 + n - 5_000}, 9, 'UTC')"
+    sql = f"SELECT count() FROM {store.config.database}.calls_v1 WHERE started_at >= {window}"
+    assert store.query_arrow(sql, {}).column(0).to_pylist() == [5_000]
+    plan = "\n".join(store.query_arrow(f"EXPLAIN indexes = 1 {sql}", {}).column(0).to_pylist())
+    read, total = (int(x) for x in plan.split("Granules: ")[-1].split()[0].split("/"))
+    assert total >= 4 and read <= 2, plan
 
 
 def test_ensure_schema_is_idempotent(store: FactStore) -> None:
