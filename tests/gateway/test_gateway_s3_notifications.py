@@ -128,6 +128,7 @@ def test_dataplane_start_verifies_or_configures(
     configured.close()
     verified = open_dataplane(DataplaneConfig(**base, sqs=sqs_config))
     assert verified.notifications == configured.notifications
+    assert verified.gateway.config.head_concurrency == 16  # S3: each check is a round trip
     verified.close()
     client("s3", ministack_endpoint).put_bucket_notification_configuration(
         Bucket=bucket, NotificationConfiguration={}

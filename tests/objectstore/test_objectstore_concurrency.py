@@ -10,7 +10,6 @@ import pytest
 from objectstore_harness import SECRET, sha
 
 from baml_studio.objectstore import InvalidObjectKey, ObjectAlreadyExists
-from baml_studio.objectstore import dirfs as dirfs_module
 from baml_studio.objectstore.config import DirectoryBucketConfig
 from baml_studio.objectstore.directory import DirectoryBucket
 
@@ -55,19 +54,19 @@ def test_many_threads_put_different_keys(tmp_path: Path) -> None:
 
 
 def test_commits_of_different_keys_overlap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Each put waits, after its commit point, for the other put to reach its own: under one
-    # bucket-wide commit lock the barrier would break and the puts fail.
+    # Each put waits, right after its commit point (the link), for the other put to reach its
+    # own: under one bucket-wide commit lock the barrier would break and the puts fail.
     bucket = make_bucket(tmp_path)
     bucket.put_if_absent("d/seed", b"seed", sha(b"seed"))
     both = threading.Barrier(2, timeout=10)
-    real_fsync = dirfs_module.fsync_dir
+    real_link = os.link
 
-    def fsync_then_meet(path: Path) -> None:
-        real_fsync(path)
-        if path == bucket.path / "objects" / "d":
+    def link_then_meet(src: Path, dst: Path) -> None:
+        real_link(src, dst)
+        if Path(dst).parent == bucket.path / "objects" / "d":
             both.wait()
 
-    monkeypatch.setattr(dirfs_module, "fsync_dir", fsync_then_meet)
+    monkeypatch.setattr(os, "link", link_then_meet)
     outcomes = run_all([lambda k=k: bucket.put_if_absent(k, k.encode(), sha(k.encode()))
                         for k in ("d/a", "d/b")])  # fmt: skip
     assert not [o for o in outcomes if isinstance(o, Exception)], outcomes

@@ -117,6 +117,62 @@ def test_orphan_sidecars_from_a_crash_do_not_block_puts(bucket: DirectoryBucket)
     assert [info.key for info in bucket.list()] == ["a/b", "x/y"]
 
 
+def _record_durability(
+    bucket: DirectoryBucket, monkeypatch: pytest.MonkeyPatch, key: str
+) -> list[tuple[str, bool, bool, bool]]:
+    """(``sync``/``link``, staged data present, sidecar in place, object in place) at every
+    durability barrier and at the link, in order."""
+    events: list[tuple[str, bool, bool, bool]] = []
+    real_sync, real_link = dirfs_module.sync_filesystem, os.link
+    meta, target = bucket.path / "meta" / key, bucket.path / "objects" / key
+
+    def state(kind: str) -> tuple[str, bool, bool, bool]:
+        staged = any(p.read_bytes() == DATA for p in (bucket.path / "tmp").iterdir())
+        sidecar = meta.is_file() and json.loads(meta.read_bytes()).get("sha256") == sha(DATA)
+        return kind, staged, sidecar, target.is_file()
+
+    def sync(path: Path) -> None:
+        events.append(state("sync"))  # what this barrier makes durable
+        real_sync(path)
+
+    def link(src: Path, dst: Path) -> None:
+        real_link(src, dst)
+        events.append(state("link"))
+
+    monkeypatch.setattr(dirfs_module, "sync_filesystem", sync)
+    monkeypatch.setattr(os, "link", link)
+    return events
+
+
+def _assert_durable_in_order(events: list[tuple[str, bool, bool, bool]]) -> None:
+    """A barrier after the data and the sidecar are in place and before the link (the commit
+    point); another after the link, before the put returns."""
+    kinds = [event[0] for event in events]
+    assert kinds.count("link") == 1
+    link = kinds.index("link")
+    assert ("sync", True, True, False) in events[:link]
+    assert ("sync", True, True, True) in events[link + 1 :]
+
+
+def test_a_put_syncs_what_the_link_depends_on_before_linking(
+    bucket: DirectoryBucket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # complete-or-absent after a crash: the commit point (the link) is durable only after the
+    # data and the sidecar are, and the put returns only once the link itself is durable
+    events = _record_durability(bucket, monkeypatch, "a/b/c")
+    bucket.put_if_absent("a/b/c", DATA, sha(DATA))
+    _assert_durable_in_order(events)
+
+
+def test_a_put_clearing_crash_debris_syncs_before_linking_too(
+    bucket: DirectoryBucket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (bucket.path / "meta/a").write_text("{}")  # orphan sidecar where a directory must go
+    events = _record_durability(bucket, monkeypatch, "a/b")
+    bucket.put_if_absent("a/b", DATA, sha(DATA))  # the slow path, under the exclusive lock
+    _assert_durable_in_order(events)
+
+
 def test_a_file_without_sidecar_is_reported_corrupt(bucket: DirectoryBucket) -> None:
     (bucket.path / "objects/foreign").write_bytes(DATA)
     with pytest.raises(ObjectStoreCorrupt, match="no readable metadata sidecar"):
@@ -173,13 +229,16 @@ def test_os_errors_become_typed_errors(
 def test_a_failed_commit_leaves_no_staging_files(
     bucket: DirectoryBucket, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def failing_fsync(path: Path) -> None:
-        raise OSError(errno.EIO, "injected fsync failure", str(path))
+    def failing_sync(path: Path) -> None:
+        raise OSError(errno.EIO, "injected sync failure", str(path))
 
-    monkeypatch.setattr(dirfs_module, "fsync_dir", failing_fsync)
+    monkeypatch.setattr(dirfs_module, "sync_filesystem", failing_sync)
     with pytest.raises(ObjectStoreUnavailable):
         bucket.put_if_absent("k", DATA, sha(DATA))
     assert list((bucket.path / "tmp").iterdir()) == []
+    monkeypatch.undo()
+    with pytest.raises(ObjectNotFound):  # the barrier before the link failed: never linked
+        bucket.head("k")
 
 
 def test_presign_clock_is_the_buckets(tmp_path: Path) -> None:

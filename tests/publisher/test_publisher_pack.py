@@ -22,11 +22,14 @@ from baml_studio.publisher.errors import (
     PackUnsupportedVersion,
 )
 from baml_studio.publisher.pack import (
+    PACK_VERSION,
+    canonical_json,
     decode_pack,
     decode_pack_body,
     decompress_frame,
     encode_pack,
     pack_body,
+    pack_body_verified,
 )
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "formats.md"
@@ -46,6 +49,26 @@ def test_round_trip(raw_bodies: list[bytes]) -> None:
 def _golden_section() -> str:
     text = DOCS.read_text()
     return text[text.index("## Value packs (BAMLPCK1)") :]
+
+
+@settings(max_examples=80, deadline=None)
+@given(bodies, st.lists(st.text(max_size=70), max_size=3))
+def test_the_manifest_is_canonical_json(raw_bodies: list[bytes], odd: list[str]) -> None:
+    # the manifest is written directly for speed; it must stay byte-for-byte canonical JSON,
+    # also when a caller passes a checksum that is not hex (then it falls back to json.dumps)
+    files = sorted({hashlib.sha256(encode_cas_object(1, b)).digest(): encode_cas_object(1, b)
+                    for b in raw_bodies}.items())  # fmt: skip
+    sums = [hashlib.sha256(raw).hexdigest() for _, raw in files]
+    sums[: len(odd)] = odd[: len(sums)]
+    body = pack_body_verified([(cid, raw, s) for (cid, raw), s in zip(files, sums, strict=True)])
+    rows, offset = [], 0
+    for (cid, raw), digest in zip(files, sums, strict=True):
+        rows.append({"cid": cid.hex(), "codec": 1, "length": len(raw), "offset": offset,
+                     "sha256": digest})  # fmt: skip
+        offset += len(raw)
+    manifest = canonical_json({"entries": rows, "version": PACK_VERSION})
+    assert body[14 : 14 + len(manifest)] == manifest
+    assert int.from_bytes(body[10:14], "big") == len(manifest)
 
 
 def test_golden_vector_matches_docs() -> None:

@@ -37,7 +37,7 @@ from typing import Any
 
 import pydantic
 
-from baml_studio.gateway.config import GatewayConfig, Scope
+from baml_studio.gateway.config import REMOTE_HEAD_CONCURRENCY, GatewayConfig, Scope
 from baml_studio.gateway.environments import Environments
 from baml_studio.gateway.errors import (
     BadRequest,
@@ -246,7 +246,8 @@ class Gateway:
         return _Slot(self)
 
     def _head_all(self, keys: list[str]) -> dict[str, _Existing]:
-        workers = max(1, min(self._config.head_concurrency, len(keys)))
+        limit = self._config.head_concurrency or REMOTE_HEAD_CONCURRENCY
+        workers = max(1, min(limit, len(keys)))
         if workers == 1:
             return {key: self._head(key) for key in keys}
         with ThreadPoolExecutor(workers, thread_name_prefix="gateway-head") as pool:

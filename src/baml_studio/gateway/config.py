@@ -144,6 +144,10 @@ class PublisherLimits:
         return cls(**values)
 
 
+REMOTE_HEAD_CONCURRENCY = 16
+"""Existence checks in flight at once per authorize request when they are network calls."""
+
+
 @dataclass(frozen=True, slots=True)
 class GatewayConfig:
     """Limits of the gateway's HTTP surface."""
@@ -157,8 +161,10 @@ class GatewayConfig:
     max_concurrent_authorize: int = 64
     """Authorize requests served at once; one more is 429 with ``Retry-After``."""
 
-    head_concurrency: int = 16
-    """Object existence checks in flight at once within one authorize request."""
+    head_concurrency: int | None = None
+    """Object existence checks in flight at once within one authorize request. None: the
+    data plane picks 1 for the directory bucket (a check is a few local system calls, cheaper
+    than handing it to a thread) and :data:`REMOTE_HEAD_CONCURRENCY` for S3 (a round trip each)."""
 
     retry_after_seconds: int = 1
     """``Retry-After`` on 429 and 503."""
@@ -171,5 +177,6 @@ class GatewayConfig:
 
     def __post_init__(self) -> None:
         for name in ("max_request_bytes", "max_concurrent_authorize", "head_concurrency"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"GatewayConfig.{name} must be >= 1, got {getattr(self, name)}")
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"GatewayConfig.{name} must be >= 1, got {value}")

@@ -35,13 +35,13 @@ import logging
 import os
 import secrets
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from baml_studio.gateway.app import AsgiApp, create_app
 from baml_studio.gateway.authorize import Gateway
-from baml_studio.gateway.config import GatewayConfig, PublisherLimits
+from baml_studio.gateway.config import REMOTE_HEAD_CONCURRENCY, GatewayConfig, PublisherLimits
 from baml_studio.gateway.environments import EnvironmentsFile
 from baml_studio.gateway.tokens import KeyRingFile, PublisherTokenVerifier
 from baml_studio.objectstore import open_object_store
@@ -60,6 +60,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_BUCKET = "evidence"
+LOCAL_HEAD_CONCURRENCY = 1
+"""The directory bucket's existence checks run in the request's thread: each is a few local
+system calls, and a thread per check (16 per request) cost authorize more than it saved."""
 SECRET_BYTES = 32
 NotificationMode = Literal["verify", "configure", "off"]
 NOTIFICATION_MODES: tuple[NotificationMode, ...] = ("verify", "configure", "off")
@@ -274,7 +277,11 @@ def open_dataplane(config: DataplaneConfig, *, key_set: RemoteKeySet | None = No
             on_created=QueueNotifier(config.bucket, queue),
         )
         store = bucket
-    gateway = Gateway(store, verifier, environments, config.gateway)
+    gateway_config = config.gateway
+    if gateway_config.head_concurrency is None:
+        checks = LOCAL_HEAD_CONCURRENCY if bucket is not None else REMOTE_HEAD_CONCURRENCY
+        gateway_config = replace(gateway_config, head_concurrency=checks)
+    gateway = Gateway(store, verifier, environments, gateway_config)
     app = create_app(gateway, bucket=bucket)
     return Dataplane(app, gateway, store, queue, keys, environments, notifications, key_set)
 

@@ -2,13 +2,15 @@
 
 The gateway mounts :func:`~baml_studio.objectstore.presigned_http.handle_presigned_put` itself;
 this app lets the directory bucket be exercised over real HTTP on its own (tests, a bare
-uploader endpoint). The blocking work (hashing, fsync) runs in a worker thread.
+uploader endpoint). The blocking work (hashing, fsync) runs on the app's own thread pool.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -23,8 +25,17 @@ Send = Callable[[Message], Awaitable[None]]
 AsgiApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
-def presigned_put_app(store: DirectoryBucket, *, max_body_bytes: int = 256 << 20) -> AsgiApp:
-    """The ASGI app; bodies over ``max_body_bytes`` are refused with 400 ``EntityTooLarge``."""
+PUT_THREADS = 16
+"""Threads serving puts at once. A put mostly waits at its durability barriers, which the puts
+in flight share, so allow more than asyncio's default executor (CPUs + 4 threads) would."""
+
+
+def presigned_put_app(
+    store: DirectoryBucket, *, max_body_bytes: int = 256 << 20, threads: int = PUT_THREADS
+) -> AsgiApp:
+    """The ASGI app; bodies over ``max_body_bytes`` are refused with 400 ``EntityTooLarge``.
+    Puts run on a pool of ``threads`` threads, started on the first put."""
+    pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="bucket-put")
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -32,7 +43,7 @@ def presigned_put_app(store: DirectoryBucket, *, max_body_bytes: int = 256 << 20
             return
         if scope["type"] != "http":
             return
-        response = await _serve(store, scope, receive, max_body_bytes)
+        response = await _serve(store, scope, receive, max_body_bytes, pool)
         await send(
             {
                 "type": "http.response.start",
@@ -46,7 +57,11 @@ def presigned_put_app(store: DirectoryBucket, *, max_body_bytes: int = 256 << 20
 
 
 async def _serve(
-    store: DirectoryBucket, scope: Scope, receive: Receive, max_body_bytes: int
+    store: DirectoryBucket,
+    scope: Scope,
+    receive: Receive,
+    max_body_bytes: int,
+    pool: ThreadPoolExecutor,
 ) -> HttpResponse:
     path: str = scope["path"]
     if not path.startswith(PATH_PREFIX):
@@ -66,7 +81,8 @@ async def _serve(
     if body is None:
         message = f"body exceeds {max_body_bytes} bytes"
         return s3_error(400, "EntityTooLarge", message, path)
-    return await asyncio.to_thread(store.handle_presigned_put, bucket, key, query, headers, body)
+    put = partial(store.handle_presigned_put, bucket, key, query, headers, body)
+    return await asyncio.get_running_loop().run_in_executor(pool, put)
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes | None:

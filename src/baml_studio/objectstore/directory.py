@@ -9,17 +9,20 @@ Layout under ``<root>/<bucket>/`` (see ``docs/formats.md``, "Directory bucket"):
     bucket.lock     flock: shared while puts commit and head/get look; exclusive for deletes and
                     for the rare put that must clear leftovers in its path
 
-A put hashes the bytes, stages data and sidecar in ``tmp/`` with fsync, then, holding the bucket
-lock shared and its key's stripe lock exclusively, checks that the key is free, renames the
-sidecar into place, hard-links the staged data to ``objects/<key>`` (the commit point; ``link``
-refuses an existing name, so create-only holds even against writers outside the port) and
-fsyncs both directories. Puts of different keys commit concurrently; two puts of one key are
-serialized by its stripe, and the second gets ``ObjectAlreadyExists``. A put that meets
-something unusual in its path (an orphan directory or sidecar, or a key nesting under another)
-retries under the exclusive bucket lock, where removing leftovers cannot race another put. An
-object exists iff ``objects/<key>`` is a regular file; its sidecar was always committed before
-it. Objects are create-only, so a key has one version at a time and ``delete`` removes the file
-and its sidecar.
+A put hashes the bytes, stages data and sidecar in ``tmp/``, then, holding the bucket lock shared
+and its key's stripe lock exclusively, checks that the key is free, creates missing directories,
+renames the sidecar into place, passes a durability barrier (the data, the sidecar and the new
+directories), hard-links the staged data to ``objects/<key>`` (the commit point; ``link`` refuses an
+existing name, so create-only holds even against writers outside the port) and passes a second
+barrier (the link) before it answers. A barrier is one ``syncfs`` of the bucket's filesystem shared
+by every put waiting at that moment (group commit, as the local store's ``publish_cas_batch``;
+:class:`~baml_studio.objectstore.dirfs.GroupSync`), instead of four to six fsyncs per put. Puts of
+different keys commit concurrently; two puts of one key are serialized by its stripe, and the second
+gets ``ObjectAlreadyExists``. A put that meets something unusual in its path (an orphan directory or
+sidecar, or a key nesting under another) retries under the exclusive bucket lock, where removing
+leftovers cannot race another put. An object exists iff ``objects/<key>`` is a regular file; its
+sidecar was always committed before it. Objects are create-only, so a key has one version at a time
+and ``delete`` removes the file and its sidecar.
 """
 
 from __future__ import annotations
@@ -105,6 +108,7 @@ class DirectoryBucket:
         self._lock_path = self._dir / "bucket.lock"
         self._stripes = self._dir / "locks"
         self._signer = PresignSigner(config.signing_secret, config.presign_base_url, clock)
+        self._barrier = dirfs.GroupSync(self._sync_filesystem)
         self._on_created = on_created
         try:
             for directory in (self._objects, self._meta, self._tmp, self._stripes):
@@ -143,6 +147,9 @@ class DirectoryBucket:
             with lock:
                 yield
 
+    def _sync_filesystem(self) -> None:
+        dirfs.sync_filesystem(self._dir)
+
     def _object_path(self, key: str) -> Path:
         return self._objects.joinpath(*key.split("/"))
 
@@ -162,7 +169,7 @@ class DirectoryBucket:
         sidecar = {"version_id": info.version_id, "size": info.size, "sha256": sha256, "etag": etag}
         meta_bytes = json.dumps(sidecar).encode("utf-8")
         try:
-            data_tmp = dirfs.stage(self._tmp, data)
+            data_tmp = dirfs.stage(self._tmp, data)  # made durable by the barrier before the link
             try:
                 meta_tmp = dirfs.stage(self._tmp, meta_bytes)
                 try:
@@ -182,7 +189,8 @@ class DirectoryBucket:
         return info
 
     def _commit_fast(self, key: str, data_tmp: Path, meta_tmp: Path) -> bool:
-        """Under the key's stripe lock: refuse a taken key, then sidecar first, data last.
+        """Under the key's stripe lock: refuse a taken key, then sidecar first, data last, each
+        made durable by a shared barrier (see the module docstring).
 
         Removes nothing; False (no object committed) when the path holds anything but free names
         and directories, so the caller retries under the exclusive bucket lock."""
@@ -205,14 +213,14 @@ class DirectoryBucket:
             os.rename(meta_tmp, meta_target)
         except IsADirectoryError:
             return False  # a key below this one made the name a directory meanwhile
-        dirfs.fsync_dir(meta_target.parent)
+        self._barrier.sync()  # the data, the sidecar and every new directory
         try:
             os.link(data_tmp, target)
         except FileExistsError:
             if dirfs.is_regular(target):
                 raise ObjectAlreadyExists(key) from None
             return False  # a key below this one made the name a directory meanwhile
-        dirfs.fsync_dir(target.parent)
+        self._barrier.sync()  # the link
         return True
 
     def _commit(self, key: str, data_tmp: Path, meta_tmp: Path, meta_bytes: bytes) -> None:
@@ -248,9 +256,9 @@ class DirectoryBucket:
             os.rename(meta_tmp, meta_target)
         finally:
             dirfs.discard(meta_tmp)
-        dirfs.fsync_dir(meta_target.parent)
+        self._barrier.sync()
         os.link(data_tmp, target)
-        dirfs.fsync_dir(target.parent)
+        self._barrier.sync()
 
     def head(self, key: str) -> ObjectInfo:
         validate_key(key)

@@ -1,5 +1,5 @@
-"""Filesystem steps of the directory bucket: staging with fsync, durable renames, parent
-directories, pruning and positional reads. Every function raises ``OSError``; the adapter wraps it.
+"""Filesystem steps of the directory bucket: staging, durability barriers, parent directories,
+pruning and positional reads. Every function raises ``OSError``; the adapter wraps it.
 """
 
 from __future__ import annotations
@@ -9,8 +9,12 @@ import errno
 import os
 import shutil
 import stat
+import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+
+from baml_studio.store.fsops import OsFileSystem
 
 
 def fsync_dir(path: Path) -> None:
@@ -23,20 +27,26 @@ def fsync_dir(path: Path) -> None:
 
 
 def stage(tmp_dir: Path, data: bytes) -> Path:
-    """Write ``data`` to a fresh file in ``tmp_dir`` and fsync it; return its path."""
+    """Write ``data`` to a fresh file in ``tmp_dir``; return its path. Not synced: the caller
+    calls :func:`fsync_file` before anything durable depends on it."""
     path = tmp_dir / f"{uuid.uuid4().hex}.tmp"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
     except BaseException:
         os.close(fd)
         discard(path)
         raise
     os.close(fd)
     return path
+
+
+def sync_filesystem(path: Path) -> None:
+    """Make every write so far on the filesystem holding ``path`` durable: file data,
+    metadata and directory entries (``syncfs``; ``sync`` where it does not exist)."""
+    OsFileSystem().sync_filesystem(path)
 
 
 def discard(path: Path) -> None:
@@ -54,7 +64,7 @@ def sweep_stale(tmp_dir: Path, older_than: float) -> None:
                     os.unlink(entry.path)
 
 
-def lstat_or_none(path: Path) -> os.stat_result | None:
+def lstat_or_none(path: Path | str) -> os.stat_result | None:
     """``os.lstat`` or ``None`` when nothing is there (or a parent is not a directory)."""
     try:
         return os.lstat(path)
@@ -68,7 +78,8 @@ def is_regular(path: Path) -> bool:
 
 
 def make_parents(tree: Path, segments: list[str], *, replace_files: bool) -> Path | None:
-    """Create the directories ``tree/segments[0]/.../segments[-2]``, fsyncing each new entry.
+    """Create the directories ``tree/segments[0]/.../segments[-2]`` (not synced: the caller's
+    barrier makes them durable).
 
     A regular file in the way is removed when ``replace_files`` (an orphan sidecar), otherwise
     its path is returned and nothing more is created.
@@ -84,16 +95,15 @@ def make_parents(tree: Path, segments: list[str], *, replace_files: bool) -> Pat
                 return current
             os.unlink(current)
         os.mkdir(current, 0o755)
-        fsync_dir(current.parent)
     return None
 
 
 def make_dirs(tree: Path, segments: list[str]) -> bool:
-    """Create the directories ``tree/segments[0]/.../segments[-2]`` (fsyncing each new entry),
-    tolerating concurrent creators; False, removing nothing, if a non-directory is in the way."""
-    current = tree
+    """Create the directories ``tree/segments[0]/.../segments[-2]`` (not synced), tolerating
+    concurrent creators; False, removing nothing, if a non-directory is in the way."""
+    current = os.fspath(tree)  # plain strings: this runs for every put
     for segment in segments[:-1]:
-        current = current / segment
+        current = f"{current}/{segment}"
         found = lstat_or_none(current)
         if found is None:
             try:
@@ -101,7 +111,6 @@ def make_dirs(tree: Path, segments: list[str]) -> bool:
             except FileExistsError:
                 found = lstat_or_none(current)
             else:
-                fsync_dir(current.parent)
                 continue
         if found is None or not stat.S_ISDIR(found.st_mode):
             return False
@@ -148,3 +157,59 @@ def pread_all(fd: int, offset: int, length: int) -> bytes:
         offset += len(chunk)
         length -= len(chunk)
     return b"".join(chunks)
+
+
+class GroupSync:
+    """A durability barrier shared by concurrent callers (group commit).
+
+    :meth:`sync` returns once everything its caller wrote before calling is durable. One
+    ``sync`` call (``syncfs`` of the bucket's filesystem) runs at a time and serves every caller
+    that was waiting when it started; a caller that arrives while one runs waits for the next,
+    since the running one may have started before its writes. A failed sync fails exactly the
+    callers it served, with an ``OSError``."""
+
+    def __init__(self, sync: Callable[[], None]) -> None:
+        self._sync = sync
+        self._cond = threading.Condition()
+        self._started = 0
+        """Generation of the last sync started."""
+        self._done = 0
+        """Generation of the last sync finished (they finish in order)."""
+        self._running = False
+        self._failures: dict[int, BaseException] = {}
+
+    def sync(self) -> None:
+        own: BaseException | None = None
+        with self._cond:
+            mine = self._started + 1  # the first sync to start from now on covers our writes
+            while self._done < mine:
+                if self._running:
+                    self._cond.wait()
+                    continue
+                self._started += 1
+                generation, self._running = self._started, True
+                self._cond.release()
+                try:
+                    self._sync()
+                except BaseException as exc:  # every caller this sync served fails with it
+                    own = exc
+                self._cond.acquire()
+                self._running, self._done = False, generation
+                if own is not None:
+                    self._failures[generation] = own
+                for old in [g for g in self._failures if g < generation - _KEPT_FAILURES]:
+                    del self._failures[old]
+                self._cond.notify_all()
+            failure = self._failures.get(mine)
+        if failure is None:
+            return
+        if failure is own and not isinstance(own, OSError):
+            raise own  # an interrupt in the caller that ran the sync
+        if isinstance(failure, OSError):
+            error = OSError(failure.errno, failure.strerror or str(failure), failure.filename)
+            raise error from failure
+        raise OSError(errno.EIO, f"the shared sync failed: {failure!r}") from failure
+
+
+_KEPT_FAILURES = 1024
+"""Failed generations remembered, for callers that wake late."""

@@ -2,8 +2,9 @@
 
 Modules: ``config`` (gateway config and local settings), ``errors`` (exception tree), ``pack``
 (the ``BAMLPCK1`` value pack format), ``state`` (cursors, shipped ledger, in-flight journal),
-``collect`` (what a flush ships), ``client`` (HTTP adapter), ``flush`` (one flush),
-``retention`` (local expiry and disk pressure) and ``publisher`` (the background thread)::
+``plan`` (what a flush ships), ``collect`` and ``collect_cas`` (choosing it), ``client`` (HTTP
+adapter), ``flush`` (one flush), ``retention`` (local expiry and disk pressure) and
+``publisher`` (the background thread)::
 
     from baml_studio.publisher import Publisher
     publisher = Publisher(Path(".baml/profiles-v1"), "http://127.0.0.1:8080", token)

@@ -1,29 +1,31 @@
 """One flush: authorize every object, PUT in the ordering guarantee's order, then advance state.
 
-Order of PUTs: function tables, large values and packs (phase 1, up to ``workers`` at once);
-every phase-1 PUT has finished before any segment is sent. Then the data segments, one task per
-stream and the streams concurrently, each stream's in sequence order (a PUT starts only after
-the previous one of its stream finished); every data task has finished before any meta segment
-is sent; then the meta segments the same way, for streams whose data all stored. So the global
-order of the three phases is kept and, per stream, sequences never overtake each other. A
-failure stops every task at its next object (PUTs already running finish); the flush then raises
-the first failure in plan order, after all tasks have stopped. A failed PUT is retried
-(re-authorizing first: ``stored`` means the earlier PUT landed, ``upload_required`` means PUT
-again); after ``put_attempts`` the flush raises and nothing later in the order is sent. A 412
-means the object exists: re-authorize and expect ``stored``. ``conflict`` on a value or table
-counts as stored; on a pack it stops the flush before any segment (the pack is dropped from the
-journal so the next flush builds a new one under a new flush id); on a segment it is reported,
-never overwritten, and its plane stops there (a data conflict also holds back the stream's meta).
-A 413 from authorize (the collector never plans an object over ``max_object_bytes`` nor a call
-over ``max_objects_per_authorize``, but the gateway's limits may have changed since the config
-was read) splits the request, as the contract says: ``too_many_objects`` re-chunks at the
-``details.limit`` it names (kept for the rest of the flush), ``object_too_large`` drops the object
-at ``details.index`` and re-authorizes the others, any other 413 halves the request. A 413 for a
-single object, or on its PUT, is terminal for that object: it becomes a ``REJECTED`` problem in
-the report carrying the ``GatewayRejected``/``UploadFailed`` and is not sent; a value, table or
-pack stays local and unmarked (skipped: the rest ships, the next flush plans it again), a
-segment stops its plane like a conflict (reported, never passed by the cursor). Every 413 is
-counted in ``too_large_answers`` so the publisher re-reads its configuration.
+Order of PUTs: function tables, large values and packs (phase 1, up to ``workers`` at once; packs,
+the last and largest, on a thread of their own); every phase-1 PUT has finished before any segment
+is sent. Phase-1 objects may arrive in batches while the collector still reads and packs the rest
+(``arriving``): one thread authorizes the batches in turn (the segments with the first) and each
+batch's PUTs start as soon as its answers are in. Then the data segments, one task per stream and
+the streams concurrently, each stream's in sequence order (a PUT starts only after the previous one
+of its stream finished); every data task has finished before any meta segment is sent; then the meta
+segments the same way, for streams whose data all stored. So the global order of the three phases is
+kept and, per stream, sequences never overtake each other. A failure stops every task at its next
+object (PUTs already running finish); the flush then raises the first failure in plan order, after
+all tasks have stopped. A failed PUT is retried (re-authorizing first: ``stored`` means the earlier
+PUT landed, ``upload_required`` means PUT again); after ``put_attempts`` the flush raises and
+nothing later in the order is sent. A 412 means the object exists: re-authorize and expect
+``stored``. ``conflict`` on a value or table counts as stored; on a pack it stops the flush before
+any segment (the pack is dropped from the journal so the next flush builds a new one under a new
+flush id); on a segment it is reported, never overwritten, and its plane stops there (a data
+conflict also holds back the stream's meta). A 413 from authorize (the collector never plans an
+object over ``max_object_bytes`` nor a call over ``max_objects_per_authorize``, but the gateway's
+limits may have changed since the config was read) splits the request, as the contract says:
+``too_many_objects`` re-chunks at the ``details.limit`` it names (kept for the rest of the flush),
+``object_too_large`` drops the object at ``details.index`` and re-authorizes the others, any other
+413 halves the request. A 413 for a single object, or on its PUT, is terminal for that object: it
+becomes a ``REJECTED`` problem in the report carrying the ``GatewayRejected``/``UploadFailed`` and
+is not sent; a value, table or pack stays local and unmarked (skipped: the rest ships, the next
+flush plans it again), a segment stops its plane like a conflict (reported, never passed by the
+cursor). Every 413 is counted in ``too_large_answers`` so the publisher re-reads its configuration.
 Only after the meta segments are stored: cursors advance, shipped values and tables (and pack
 members) are appended to the shipped ledger with one fsync, the journal forgets shipped packs,
 and (if configured) shipped segments are deleted.
@@ -31,29 +33,30 @@ and (if configured) shipped segments are deleted.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TypeGuard
 
 from baml_studio.publisher.client import Authorized, GatewayPort, PutOutcome
-from baml_studio.publisher.collect import (
+from baml_studio.publisher.errors import (
+    GatewayProtocolError,
+    GatewayRejected,
+    PublisherError,
+    UploadFailed,
+)
+from baml_studio.publisher.plan import (
     FlushPlan,
     Kind,
     Outgoing,
     Problem,
     ProblemCode,
     StreamBatch,
-)
-from baml_studio.publisher.errors import (
-    GatewayProtocolError,
-    GatewayRejected,
-    PublisherError,
-    UploadFailed,
 )
 from baml_studio.publisher.retention import delete_files
 from baml_studio.publisher.state import Cursor, JournalPack, PublishState
@@ -112,50 +115,83 @@ def run_flush(
     sleep: Callable[[float], None] = time.sleep,
     workers: int = PUT_WORKERS,
     clock: Callable[[], float] = time.time,
+    arriving: Iterable[Sequence[Outgoing]] = (),
 ) -> FlushReport:
-    """Ship ``plan``. Raises GatewayError or UploadFailed when the flush must be retried."""
-    report = FlushReport(plan.flush_id, problems=list(plan.problems))
-    report.objects = plan.objects
-    report.original_bytes = plan.original_bytes
-    targets = _targets(plan)
-    _Authorizer(gateway, report, max_objects).run(targets)
+    """Ship ``plan``. Raises GatewayError or UploadFailed when the flush must be retried.
+
+    ``arriving`` yields more phase-1 objects (tables, large values, packs) that the collector
+    adds to ``plan`` while this runs (``collect_cas``): each batch is authorized, on a thread of
+    its own, and its PUTs started while the next batch is being built; the segments still wait
+    for every phase-1 PUT."""
+    report = FlushReport(plan.flush_id)
     shipper = _Shipper(gateway, report, put_attempts, retry_delay, sleep)
-    first = [t for t in targets if t.obj.kind in (Kind.TABLE, Kind.VALUE, Kind.PACK)]
-    by_obj = {id(t.obj): t for t in targets}
+    segments = _segment_targets(plan)
+    by_obj = {id(t.obj): t for t in segments}
     shipped = {(b.euid, plane): set[int]() for b in plan.streams for plane in Plane}
-    with ThreadPoolExecutor(max(1, workers), thread_name_prefix="baml-put") as pool:
-        tasks = _Tasks(pool)
+    with (
+        ThreadPoolExecutor(max(1, workers), thread_name_prefix="baml-put") as pool,
+        ThreadPoolExecutor(1, thread_name_prefix="baml-put-pack") as packs,
+        ThreadPoolExecutor(1, thread_name_prefix="baml-authorize") as authorizing,
+    ):
+        tasks = _Tasks(pool, packs)
+        authorizer = _Authorizer(gateway, report, max_objects, shipper.lock)
+        first = _PhaseOne(authorizer, authorizing, tasks, shipper)
         try:
-            tasks.run([partial(shipper.ship, t) for t in first])
+            waiting = segments  # authorized with the first phase-1 batch: fewer calls
+            for batch in itertools.chain([[*plan.cas, *plan.packs]], arriving):
+                if tasks.halted.is_set():
+                    break  # a failure: wait() raises it
+                if batch:
+                    first.add(_phase_one_targets(plan, batch), also=waiting)
+                    waiting = []
+            first.add([], also=waiting)
+        except BaseException:
+            tasks.halted.set()
+            raise
+        try:
+            first.wait()
         except _Stop:
+            _summarize(plan, report)
             state.write_journal([JournalPack(p.flush_id or "", p.members) for p in plan.packs
                                  if not any(t.obj is p and t.answer and t.answer.state == "conflict"
-                                            for t in first)])  # fmt: skip
+                                            for t in first.targets)])  # fmt: skip
             return report
         data_ok: dict[bytes, bool] = {}
         tasks.run([partial(_ship_plane, shipper, by_obj, b.data, shipped[(b.euid, Plane.DATA)],
                            tasks.halted, data_ok, b.euid) for b in plan.streams])  # fmt: skip
         tasks.run([partial(_ship_plane, shipper, by_obj, b.meta, shipped[(b.euid, Plane.META)],
                            tasks.halted) for b in plan.streams if data_ok.get(b.euid)])  # fmt: skip
+    _summarize(plan, report)
     _finish(plan, state, shipped, report, release_segments, clock(), shipper.unshipped)
     report.complete = not report.conflicts and not any(not p.skipped for p in report.problems)
     return report
 
 
+def _summarize(plan: FlushPlan, report: FlushReport) -> None:
+    """The plan's figures and problems into ``report`` (the plan is complete by now)."""
+    report.objects = plan.objects
+    report.original_bytes = plan.original_bytes
+    report.problems[:0] = plan.problems
+
+
 class _Tasks:
     """Runs callables on the pool; the first failure halts the ones not yet started."""
 
-    def __init__(self, pool: ThreadPoolExecutor) -> None:
+    def __init__(self, pool: ThreadPoolExecutor, urgent: ThreadPoolExecutor | None = None) -> None:
         self._pool = pool
+        self._urgent = urgent or pool
         self.halted = threading.Event()
+
+    def start(
+        self, calls: Sequence[Callable[[], object]], *, urgent: bool = False
+    ) -> list[Future[None]]:
+        """Submit ``calls``; ``urgent`` ones go to their own thread, not behind queued ones."""
+        pool = self._urgent if urgent else self._pool
+        return [pool.submit(self._guarded, call) for call in calls]
 
     def run(self, calls: Sequence[Callable[[], object]]) -> None:
         """Wait for every call, then raise the first failure in ``calls`` order."""
-        futures = [self._pool.submit(self._guarded, call) for call in calls]
-        errors = [f.exception() for f in futures]
-        first = next((e for e in errors if e is not None), None)
-        if first is not None:
-            raise first
+        _raise_first([f.exception() for f in self.start(calls)])
 
     def _guarded(self, call: Callable[[], object]) -> None:
         if self.halted.is_set():
@@ -167,21 +203,79 @@ class _Tasks:
             raise
 
 
-def _targets(plan: FlushPlan) -> list[_Target]:
+def _raise_first(errors: Iterable[BaseException | None]) -> None:
+    first = next((e for e in errors if e is not None), None)
+    if first is not None:
+        raise first
+
+
+class _PhaseOne:
+    """Authorizes batches of targets one call after another on ``thread``, starting the PUTs
+    of each batch as soon as its answers are in."""
+
+    def __init__(
+        self,
+        authorizer: _Authorizer,
+        thread: ThreadPoolExecutor,
+        tasks: _Tasks,
+        shipper: _Shipper,
+    ) -> None:
+        self._authorizer, self._thread, self._tasks, self._shipper = (
+            authorizer, thread, tasks, shipper
+        )  # fmt: skip
+        self._steps: list[Future[list[Future[None]]]] = []
+        self.targets: list[_Target] = []
+
+    def add(self, targets: list[_Target], *, also: list[_Target]) -> None:
+        """Authorize ``targets`` and start their PUTs; authorize ``also`` in the same calls."""
+        if targets or also:
+            self.targets += targets
+            self._steps.append(self._thread.submit(self._authorize, targets, also))
+
+    def _authorize(self, targets: list[_Target], also: list[_Target]) -> list[Future[None]]:
+        if self._tasks.halted.is_set():
+            return []
+        try:
+            self._authorizer.run([*targets, *also])
+        except BaseException:
+            self._tasks.halted.set()
+            raise
+        # packs come last (built once every file is read) and are the biggest: they must not
+        # wait behind large values still queued, or the flush ends with one long PUT alone
+        urgent = bool(targets) and all(t.obj.kind is Kind.PACK for t in targets)
+        return self._tasks.start([partial(self._shipper.ship, t) for t in targets], urgent=urgent)
+
+    def wait(self) -> None:
+        """Wait for every call and PUT, then raise the first failure in the order the batches
+        were added (a batch's authorize call before its PUTs)."""
+        errors: list[BaseException | None] = []
+        for step in self._steps:
+            errors.append(step.exception())
+            if errors[-1] is None:
+                errors += [put.exception() for put in step.result()]
+        _raise_first(errors)
+
+
+def _phase_one_targets(plan: FlushPlan, objects: Sequence[Outgoing]) -> list[_Target]:
     carrier = plan.carrier.hex() if plan.carrier else ""
-    targets = [_Target(carrier, plan.flush_id, o) for o in plan.cas]
-    targets += [_Target(carrier, o.flush_id or plan.flush_id, o) for o in plan.packs]
-    for batch in plan.streams:
-        targets += [_Target(batch.euid.hex(), plan.flush_id, o) for o in (*batch.data, *batch.meta)]
-    return targets
+    return [_Target(carrier, o.flush_id or plan.flush_id, o) for o in objects]
+
+
+def _segment_targets(plan: FlushPlan) -> list[_Target]:
+    return [_Target(batch.euid.hex(), plan.flush_id, o)
+            for batch in plan.streams for o in (*batch.data, *batch.meta)]  # fmt: skip
 
 
 class _Authorizer:
     """Authorize calls of at most ``limit`` objects sharing one euid and flush id; a 413 splits
     the call (see the module docstring) and may lower ``limit`` for the calls after it."""
 
-    def __init__(self, gateway: GatewayPort, report: FlushReport, limit: int) -> None:
+    def __init__(
+        self, gateway: GatewayPort, report: FlushReport, limit: int, lock: threading.Lock
+    ) -> None:
         self._gateway, self._report, self.limit = gateway, report, max(1, limit)
+        self._lock = lock
+        """The report's lock (PUT threads update the report meanwhile)."""
 
     def run(self, targets: Sequence[_Target]) -> None:
         groups: dict[tuple[str, str], list[_Target]] = {}
@@ -202,7 +296,8 @@ class _Authorizer:
         except GatewayRejected as exc:
             if exc.status != TOO_LARGE:
                 raise
-            self._report.too_large_answers += 1
+            with self._lock:
+                self._report.too_large_answers += 1
             if len(chunk) == 1:
                 chunk[0].rejected = exc
                 return
@@ -242,8 +337,8 @@ class _Shipper:
         self._attempts = max(1, attempts)
         self._delay = delay
         self._sleep = sleep
-        self._lock = threading.Lock()
-        """Guards the report: several PUT threads update it."""
+        self.lock = threading.Lock()
+        """Guards the report: several PUT threads and the authorize thread update it."""
         self.unshipped: set[int] = set()
         """``id`` of each object refused with a 413: not in the bucket, not marked shipped."""
 
@@ -256,7 +351,7 @@ class _Shipper:
             if answer is None:
                 raise GatewayProtocolError("object was never authorized")
             if answer.state == "stored":
-                with self._lock:
+                with self.lock:
                     self._report.stored.append(answer.key)
                 return True
             if answer.state == "conflict":
@@ -269,7 +364,7 @@ class _Shipper:
                 )
             except UploadFailed as exc:
                 if exc.status == TOO_LARGE:
-                    with self._lock:
+                    with self.lock:
                         self._report.too_large_answers += 1
                     return self._reject(target, exc)
                 if attempt + 1 == self._attempts:
@@ -277,7 +372,7 @@ class _Shipper:
                 self._sleep(self._delay * (2**attempt))
             else:
                 if outcome is PutOutcome.CREATED:
-                    with self._lock:
+                    with self.lock:
                         self._report.uploaded.append(answer.key)
                         self._report.compressed_bytes += len(target.obj.body)
                     return True
@@ -295,7 +390,7 @@ class _Shipper:
         problem = Problem(where, f"gateway refused {obj.kind.value} of {len(obj.body)} bytes: "
                           f"{error}{consequence}", not segment, ProblemCode.REJECTED,
                           len(obj.body), error)  # fmt: skip
-        with self._lock:
+        with self.lock:
             self._report.problems.append(problem)
             self.unshipped.add(id(obj))
         return False
@@ -306,7 +401,7 @@ class _Shipper:
         ]
 
     def _conflict(self, target: _Target, answer: Authorized) -> bool:
-        with self._lock:
+        with self.lock:
             if target.obj.kind in (Kind.VALUE, Kind.TABLE):
                 self._report.stored.append(answer.key)
                 return True

@@ -99,18 +99,38 @@ def pack_body_verified(entries: Sequence[tuple[bytes, bytes, str]]) -> bytes:
     SHA-256 hex) with the CIDs unique; sorted here. Checks the count, not the files."""
     if not 1 <= len(entries) <= MAX_PACK_ENTRIES:
         raise PackEntryInvalid(f"a pack holds 1..{MAX_PACK_ENTRIES} values, got {len(entries)}")
+    ordered = sorted(entries, key=lambda entry: entry[0])
+    manifest = _manifest(ordered)
+    head = _HEAD.pack(PACK_MAGIC, PACK_VERSION, len(manifest))
+    return b"".join([head, manifest, *(raw for _, raw, _ in ordered)])
+
+
+def _manifest(ordered: Sequence[tuple[bytes, bytes, str]]) -> bytes:
+    """The canonical manifest of entries sorted by CID: what :func:`canonical_json` makes of
+    it, written directly (a pack holds thousands of entries; the keys of each entry are already
+    in sorted order and every value is an int or hex). Falls back to :func:`canonical_json` for
+    a checksum that is not 64 lowercase hex, so the bytes are always canonical JSON."""
+    rows: list[str] = []
+    offset = 0
+    for cid, raw, sha256 in ordered:
+        if len(sha256) != 64 or not _HEX64.issuperset(sha256):
+            return _manifest_json(ordered)
+        rows.append(f'{{"cid":"{cid.hex()}","codec":{CODEC_VALUE},"length":{len(raw)},'
+                    f'"offset":{offset},"sha256":"{sha256}"}}')  # fmt: skip
+        offset += len(raw)
+    return f'{{"entries":[{",".join(rows)}],"version":{PACK_VERSION}}}'.encode("ascii")
+
+
+def _manifest_json(ordered: Sequence[tuple[bytes, bytes, str]]) -> bytes:
     rows: list[dict[str, Any]] = []
     offset = 0
-    ordered = sorted(entries, key=lambda entry: entry[0])
     for cid, raw, sha256 in ordered:
         rows.append(
             {"cid": cid.hex(), "codec": CODEC_VALUE, "length": len(raw), "offset": offset,
              "sha256": sha256}
         )  # fmt: skip
         offset += len(raw)
-    manifest = canonical_json({"entries": rows, "version": PACK_VERSION})
-    head = _HEAD.pack(PACK_MAGIC, PACK_VERSION, len(manifest))
-    return b"".join([head, manifest, *(raw for _, raw, _ in ordered)])
+    return canonical_json({"entries": rows, "version": PACK_VERSION})
 
 
 def encode_pack(values: Sequence[bytes], level: int = DEFAULT_ZSTD_LEVEL) -> bytes:

@@ -24,7 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from baml_studio.publisher.client import GatewayClient
-from baml_studio.publisher.collect import collect_flush, unshipped_value_bytes
+from baml_studio.publisher.collect import collect_segments, unshipped_value_bytes
+from baml_studio.publisher.collect_cas import collect_cas
 from baml_studio.publisher.config import PublisherConfig, PublisherSettings
 from baml_studio.publisher.errors import (
     CaptureDisabled,
@@ -123,21 +124,25 @@ class Publisher:
                 raise self._auth_failed
             if not config.capture_enabled:
                 raise CaptureDisabled("the gateway configuration has capture_enabled: false")
-            plan = collect_flush(
-                self._root, config, level=self.settings.zstd_level, now=now,
+            plan = collect_segments(
+                self._state, config, level=self.settings.zstd_level, now=now,
                 first_seen=self._first_seen, block_seconds=self.settings.corrupt_block_seconds,
-                state=self._state,
             )  # fmt: skip
+            # the CAS objects ship batch by batch while the rest are read and packed
+            arriving = collect_cas(self._state, config, self.settings.zstd_level, plan)
             try:
                 report = run_flush(
                     plan, self._client, self._state, max_objects=config.max_objects_per_authorize,
                     put_attempts=self.settings.put_attempts,
                     release_segments=self.settings.release_shipped_segments, clock=self._clock,
+                    arriving=arriving,
                 )  # fmt: skip
             except GatewayAuthError as exc:
                 # a token revoked mid-config-period: stop shipping until a config call succeeds
                 self._stop_shipping(exc)
                 raise
+            finally:
+                arriving.close()
             if report.too_large_answers:
                 self._config_at = float("-inf")  # the limits changed: re-read them next time
             self._log_new_problems(report)
