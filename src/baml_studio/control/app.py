@@ -19,7 +19,6 @@ carry ``Retry-After``. Logs carry ids and states, never SQL text, tokens or fact
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -47,9 +46,6 @@ log = logging.getLogger(__name__)
 
 AsgiApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 MAX_JSON_BODY = 1024 * 1024
-BATCH_CHECK_THREADS = 4
-"""Projection batches checked at once (token, body, scope, generation: CPU work; with
-hundreds of threads at it, Python threads mostly wait for each other's GIL)."""
 BATCH_THREADS = 512
 """Projection batches handled at once; most of them wait in the fact store's coalescer for
 their group, and the more wait together, the more batches share one ClickHouse insert (the
@@ -112,15 +108,6 @@ def create_app(control: ControlPlane) -> AsgiApp:
             missing_request_id=Forbidden,
         )
 
-    checking = threading.BoundedSemaphore(BATCH_CHECK_THREADS)
-
-    def put_batch(headers: dict[str, str], batch_id: str, body: bytes) -> Answer:
-        """One thread per batch (one hand-off from the event loop); at most
-        ``BATCH_CHECK_THREADS`` of them in the checks at once."""
-        with checking:
-            accepted = control.accept_batch(headers, batch_id, body)
-        return control.write_batch(accepted)
-
     async def projection_batch(request: Request) -> Response:
         batch_id = request.path_params["batch_id"]
         headers = _headers(request)
@@ -129,7 +116,11 @@ def create_app(control: ControlPlane) -> AsgiApp:
             _request_id(headers, BadRequest)
             body = await read_body(request, batch_limit)
             answer = await anyio.to_thread.run_sync(
-                put_batch, headers, batch_id, body, limiter=_limiter("batch", BATCH_THREADS)
+                control.put_batch,
+                headers,
+                batch_id,
+                body,
+                limiter=_limiter("batch", BATCH_THREADS),
             )
         except ApiError as exc:
             return _REFUSALS.refused("projection_batch", exc, request_id)

@@ -63,6 +63,10 @@ from baml_studio.gateway.tokens import KeyRing
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+BATCH_CHECK_THREADS = 4
+"""Projection batches checked at once (token, body, scope: CPU work; with hundreds of
+threads at it, Python threads mostly wait for each other's GIL)."""
+
 GENERATION_METADATA_KEY = b"baml.projection_generation"
 CATALOG_METADATA_KEY = b"baml.catalog_version"
 SNAPSHOT_METADATA_KEY = b"baml.snapshot_id"
@@ -152,6 +156,7 @@ class ControlPlane:
         self.clock = clock
         self.verifier = TokenVerifier(keys, metastore, clock=clock)
         self._batch_checks = TtlCache(config.batch_auth_cache_s, clock=time.monotonic)
+        self._checking = threading.BoundedSemaphore(BATCH_CHECK_THREADS)
         facts.admit_with(self._admit_generation)
         self._queries = threading.BoundedSemaphore(config.max_concurrent_queries)
         for version in CATALOG_VERSIONS:
@@ -240,15 +245,17 @@ class ControlPlane:
         return Answer(200, schema_set(catalog_version), headers={"Cache-Control": "max-age=3600"})
 
     def put_batch(self, headers: Mapping[str, str], batch_id: str, body: bytes) -> Answer:
-        """``PUT /projection-batches/{batch_id}``: :meth:`accept_batch`, then
-        :meth:`write_batch` (the HTTP route runs the two on different thread pools)."""
-        return self.write_batch(self.accept_batch(headers, batch_id, body))
+        """``PUT /projection-batches/{batch_id}``: :meth:`accept_batch` (at most
+        :data:`BATCH_CHECK_THREADS` callers at once), then :meth:`write_batch` (mostly
+        waiting for the batch's group: the HTTP route runs hundreds of these at once)."""
+        with self._checking:
+            accepted = self.accept_batch(headers, batch_id, body)
+        return self.write_batch(accepted)
 
     def accept_batch(self, headers: Mapping[str, str], batch_id: str, body: bytes) -> AcceptedBatch:
         """Every check of a batch that needs no fact store: the token, the body (digest,
         schema, rows) and the scope (the generation is checked when the batch's group is
-        written). CPU work, so the route runs it on a few threads only: with hundreds,
-        Python threads mostly wait for each other."""
+        written). CPU work: :meth:`put_batch` lets a few threads at it at once."""
         token = bearer_token(headers)
         identity = self._batch_checks.get(("token", token), lambda: self.workload(headers))
         if identity.expires_at <= self.clock():
