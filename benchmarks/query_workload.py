@@ -548,7 +548,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the corpus directory")
     parser.add_argument("--reuse", action="store_true", help="reuse the corpus in --data")
     parser.add_argument("--load-only", action="store_true", help="load (or check) and stop")
-    parser.add_argument("--warm-runs", type=int, default=3)
+    parser.add_argument("--warm-runs", type=int, default=3, help="at least 1")
     parser.add_argument(
         "--only",
         default="",
@@ -564,6 +564,8 @@ def main() -> None:
     )
     parser.add_argument("--worker", choices=["load"], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.warm_runs < 1:
+        parser.error("--warm-runs must be at least 1 (warm = the worst of those runs)")
     if args.worker == "load":
         private_mod.worker_load(args.data, args.calls)
         return

@@ -303,10 +303,84 @@ def test_unwritable_directory_counts_write_errors(tmp_path: Path) -> None:
     assert cache.stats.write_errors == 2 and cache.stats.entries == 0
 
 
+# --- write-behind --------------------------------------------------------------------------
+
+
+def test_put_later_is_served_at_once_and_written_by_the_thread(tmp_path: Path) -> None:
+    cache = ReadCache(tmp_path, 10_000)
+    cache._writing.acquire()  # hold the writer thread before its first write
+    try:
+        cache.put_later("values", "a", b"alpha")
+        assert cache.get("values", "a") == b"alpha"  # from memory, before any file exists
+        assert not entry_path(tmp_path, "values", "a").exists()
+        assert cache.stats.pending == 1 and cache.stats.hits == 1
+    finally:
+        cache._writing.release()
+    assert cache.flush(timeout=10)
+    assert entry_path(tmp_path, "values", "a").exists()
+    assert cache.stats.pending == 0 and cache.stats.entries == 1
+    again = ReadCache(tmp_path, 10_000)  # another process sees the written entry
+    assert again.get("values", "a") == b"alpha"
+
+
+def test_put_later_drops_past_the_pending_bound(tmp_path: Path) -> None:
+    cache = ReadCache(tmp_path, 3 * (HEADER_BYTES + 100))  # the bound is also max_bytes
+    cache._writing.acquire()
+    try:
+        for n in range(400):  # far more than fits while the writer is held
+            cache.put_later("values", f"k{n}", body(n))
+        waiting = cache.stats.pending
+        assert 1 <= waiting < 400 and cache.stats.writes_dropped == 400 - waiting
+    finally:
+        cache._writing.release()
+    assert cache.flush(timeout=10)
+    for n in range(400):  # whatever is served is the right body
+        got = cache.get("values", f"k{n}")
+        assert got is None or got == body(n)
+
+
+def test_clear_drops_pending_writes_and_none_lands_after_it(tmp_path: Path) -> None:
+    cache = ReadCache(tmp_path, 1_000_000)
+    cache._writing.acquire()
+    cleared = threading.Thread(target=cache.clear)
+    try:
+        for n in range(50):
+            cache.put_later("values", f"k{n}", body(n))
+        cleared.start()  # waits for the held writer
+        time.sleep(0.05)
+        assert cleared.is_alive()
+    finally:
+        cache._writing.release()
+    cleared.join(10)
+    assert cache.flush(timeout=10)
+    for n in range(50):
+        assert cache.get("values", f"k{n}") is None
+    files = [f for _d, _s, names in os.walk(tmp_path) for f in names]
+    assert files == [] and cache.stats.entries == 0
+
+
+def test_put_later_on_a_disabled_or_vanished_cache(tmp_path: Path) -> None:
+    disabled = ReadCache.disabled()
+    disabled.put_later("values", "a", b"alpha")
+    assert disabled.get("values", "a") is None and disabled.flush(timeout=1)
+    root = tmp_path / "cache"
+    cache = ReadCache(root, 10_000)
+    shutil.rmtree(root)
+    root.write_bytes(b"not a directory")
+    cache.put_later("values", "a", b"alpha")
+    assert cache.flush(timeout=10)
+    assert cache.get("values", "a") is None
+    assert cache.stats.write_errors == 1 and cache.stats.entries == 0
+    with pytest.raises(ValueError, match="namespace"):
+        cache.put_later("../x", "a", b"alpha")
+
+
 # --- threads and processes -----------------------------------------------------------------
 
 
-def hammer(cache: ReadCache, workers: int, rounds: int, clear_every: int = 0) -> list[int]:
+def hammer(
+    cache: ReadCache, workers: int, rounds: int, clear_every: int = 0, *, later: bool = False
+) -> list[int]:
     """``workers`` threads reading 60 keys and filling misses; the keys whose body was wrong."""
     barrier = threading.Barrier(workers)
     errors: list[BaseException] = []
@@ -319,7 +393,7 @@ def hammer(cache: ReadCache, workers: int, rounds: int, clear_every: int = 0) ->
                 n = (i * 7 + worker * 13) % 60
                 got = cache.get("values", f"k{n}")
                 if got is None:
-                    cache.put("values", f"k{n}", body(n))
+                    (cache.put_later if later else cache.put)("values", f"k{n}", body(n))
                 elif got != body(n):
                     wrong.append(n)
                 if clear_every and worker == 0 and i % clear_every == 0:
@@ -348,10 +422,13 @@ def test_threads_stay_within_the_budget(tmp_path: Path) -> None:
     assert stats.entries >= len(entries)  # every file on disk is indexed (so it can be evicted)
 
 
-def test_threads_with_clears_never_see_a_wrong_body(tmp_path: Path) -> None:
+@pytest.mark.parametrize("later", [False, True], ids=["put", "put_later"])
+def test_threads_with_clears_never_see_a_wrong_body(tmp_path: Path, later: bool) -> None:
     cache = ReadCache(tmp_path, 20 * (HEADER_BYTES + 100))
-    assert hammer(cache, 8, 400, clear_every=37) == []
+    assert hammer(cache, 8, 400, clear_every=37, later=later) == []
+    assert cache.flush(timeout=10)
     assert cache.stats.corrupt == 0
+    assert cache.stats.bytes <= cache.max_bytes
 
 
 def write_in_process(directory: str, worker: int, rounds: int) -> tuple[int, int]:

@@ -260,6 +260,7 @@ def test_losing_the_read_cache_changes_nothing_but_latency(
     sql = "SELECT call_id, args, output FROM calls ORDER BY call_id LIMIT 40"
     first, _ = _lines(_post(http, _body(sql)))
     cache = rig.coordinator.cache
+    assert cache.flush(timeout=30)  # value bodies are written behind the query
     assert cache.stats.entries > 0
     hits = cache.stats.hits
     rig.coordinator.shared.values.clear()  # the in-process layer in front of the disk

@@ -371,7 +371,7 @@ class CoordinatorSource:
                     if codec == VALUE_CODEC:
                         cid = by_wire[wire]
                         found[cid] = body
-                        self._cache.put("values", cid.hex(), body)
+                        self._cache.put_later("values", cid.hex(), body)
                         self._shared.values.put(cid, body)
         with self._lock:
             self._values.update(found)
@@ -390,7 +390,7 @@ class CoordinatorSource:
             reason = "store_unavailable" if isinstance(exc, OSError) else "lost"
             raise ValueUnavailable(reason, f"value {cid.hex()}: {exc}") from exc
         self.stats.add(bucket_value_reads=1, lance_bytes_read=0)
-        self._cache.put("cas-values", cid.hex(), body)
+        self._cache.put_later("cas-values", cid.hex(), body)
         return body
 
 
