@@ -326,15 +326,32 @@ def build_chunk(corpus: Corpus, e0: int, e1: int) -> tuple[pa.Table, pa.Table]:
 
     ok, errored = status == 0, status == 1
     args_state = states(
-        rng, n, [("available", 95), ("not_captured", 3), ("lost:budget", 1.5), ("lost:size", 0.5)]
+        rng,
+        n,
+        [
+            ("available", 95),
+            ("not_captured", 3),
+            ("lost:value_memory_exceeded", 1.5),
+            ("lost:value_too_large", 0.5),
+        ],
     )
     out_state = np.where(
-        ok, states(rng, n, [("available", 96), ("lost:budget", 2), ("not_captured", 2)]), 3
+        ok,
+        states(rng, n, [("available", 96), ("lost:value_memory_exceeded", 2), ("not_captured", 2)]),
+        3,
     )
-    err_state = np.where(errored, states(rng, n, [("available", 90), ("lost:budget", 10)]), 2)
-    state_names = pa.array(["available", "lost:budget", "not_captured", "not_applicable"])
-    args_names = pa.array(["available", "not_captured", "lost:budget", "lost:size"])
-    out_names = pa.array(["available", "lost:budget", "not_captured", "not_applicable"])
+    err_state = np.where(
+        errored, states(rng, n, [("available", 90), ("lost:value_memory_exceeded", 10)]), 2
+    )
+    state_names = pa.array(
+        ["available", "lost:value_memory_exceeded", "not_captured", "not_applicable"]
+    )
+    args_names = pa.array(
+        ["available", "not_captured", "lost:value_memory_exceeded", "lost:value_too_large"]
+    )
+    out_names = pa.array(
+        ["available", "lost:value_memory_exceeded", "not_captured", "not_applicable"]
+    )
     reasons = np.where(root, 0, np.where(fns.llm[fn], 1, 2))
     roles = np.select([ok, errored], [0, 1], 2)
     has_runtime = rng.random(n) < 0.3

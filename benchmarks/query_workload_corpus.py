@@ -94,7 +94,15 @@ _TEXT = (
 _WORDS = tuple(_TEXT.split(" "))
 _PRIORITIES = ("low", "medium", "high", "urgent")
 _LABELS = ("refund", "billing", "bug", "account", "shipping", "escalate", "other")
-_STATES = pa.array(["available", "not_captured", "lost:budget", "lost:size", "not_applicable"])
+_STATES = pa.array(
+    [
+        "available",
+        "not_captured",
+        "lost:value_memory_exceeded",
+        "lost:value_too_large",
+        "not_applicable",
+    ]
+)
 _LOST = (
     encode_handle(Unavailable(LOSS_NOT_CAPTURED)),
     encode_handle(Unavailable(ValueLossReason.VALUE_MEMORY_EXCEEDED)),

@@ -17,6 +17,7 @@ class Scan:
     filter: str | None
     rows: int
     execution_ids: set[str] = field(default_factory=set)
+    cids: set[str] = field(default_factory=set)
 
 
 class ProbedStore:
@@ -48,8 +49,9 @@ class _ProbedDataset:
             if "execution_id" in table.column_names
             else set()
         )
+        cids = set(table["cid"].to_pylist()) if "cid" in table.column_names else set()
         self._probe.scans.append(
-            Scan(self._name, self._version, list(columns or []), filter, table.num_rows, ids)
+            Scan(self._name, self._version, list(columns or []), filter, table.num_rows, ids, cids)
         )
         return table
 

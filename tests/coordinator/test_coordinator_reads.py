@@ -70,11 +70,9 @@ def test_reading_a_calls_values_reads_only_that_execution(
     assert answer.run.query_class == "private"
     assert answer.rows and answer.outcome["resultState"] == "complete"
     scans = probe.scans[before:]
-    relation_scans = [s for s in scans if s.dataset not in (VALUES, PROJECTED)]
-    assert relation_scans and all(s.execution_ids == {execution} for s in relation_scans)
+    # value handles follow from the public state and CID: no calls_v1 row is read for them
+    assert [s for s in scans if s.dataset not in (VALUES, PROJECTED)] == []
     assert all(s.version is not None for s in scans)  # every read at the bound version
-    values = [s for s in scans if s.dataset == VALUES]
-    read = sum(s.rows for s in values)
     cids = {
         r["args_cid"]
         for r in rig.local(
@@ -83,7 +81,15 @@ def test_reading_a_calls_values_reads_only_that_execution(
             f"'{execution}' AND output_cid IS NOT NULL"
         ).rows
     }
-    assert 0 < read <= len(cids)
+    read = set().union(*(s.cids for s in scans if s.dataset == VALUES))
+    assert read and read <= cids
+    before = len(probe.scans)
+    answer = rig.remote(  # a private column that is not a handle: read from calls_v1
+        f"SELECT call_id, call_site_file, args FROM calls WHERE execution_id = '{execution}'"
+    )
+    assert answer.rows and answer.outcome["resultState"] == "complete"
+    relation_scans = [s for s in probe.scans[before:] if s.dataset not in (VALUES, PROJECTED)]
+    assert relation_scans and all(s.execution_ids == {execution} for s in relation_scans)
 
 
 def test_a_mixed_query_reads_lance_only_within_the_pruned_candidates(
@@ -100,23 +106,39 @@ def test_a_mixed_query_reads_lance_only_within_the_pruned_candidates(
         r["execution_id"] for r in rig.local("SELECT DISTINCT execution_id FROM calls").rows
     }
     assert candidates and candidates < everything
-    before = len(probe.scans)
-    answer = rig.remote(
+    candidate_cids = {
+        r["args_cid"]
+        for r in rig.local(
+            "SELECT args_cid FROM calls WHERE fqn = 'ScoreCustomer' AND args_cid IS NOT NULL"
+        ).rows
+    }
+    rig.coordinator.shared.values.clear()  # so the values are read here, not served from memory
+    for sql in (
         "SELECT call_id, args['customer']['age'] AS age FROM calls "
-        "WHERE fqn = 'ScoreCustomer' AND args['customer']['age'] >= 30 ORDER BY call_id"
-    )
-    assert answer.run.query_class == "mixed" and answer.rows
-    relation_scans = [s for s in probe.scans[before:] if s.dataset == "calls_v1"]
-    read = set().union(*(s.execution_ids for s in relation_scans))
-    assert read and read <= candidates
-    calls_read = sum(s.rows for s in relation_scans)
-    fqn_calls = rig.local(
-        "SELECT count(*) AS n FROM calls WHERE execution_id IN ("
-        + ", ".join(f"'{e}'" for e in sorted(candidates))
-        + ")"
-    ).rows[0]["n"]
-    assert calls_read <= fqn_calls
-    assert any("fqn = 'ScoreCustomer'" in q for q in answer.run.resident_sql)
+        "WHERE fqn = 'ScoreCustomer' AND args['customer']['age'] >= 30 ORDER BY call_id",
+        "SELECT call_id, call_site_file, args['customer']['age'] AS age FROM calls "
+        "WHERE fqn = 'ScoreCustomer' AND args['customer']['age'] >= 30 ORDER BY call_id",
+    ):
+        before = len(probe.scans)
+        answer = rig.remote(sql)
+        assert answer.run.query_class == "mixed" and answer.rows
+        scans = probe.scans[before:]
+        values_read = set().union(*(s.cids for s in scans if s.dataset == VALUES))
+        assert values_read <= candidate_cids
+        relation_scans = [s for s in scans if s.dataset == "calls_v1"]
+        read = set().union(*(s.execution_ids for s in relation_scans))
+        assert read <= candidates
+        if "call_site_file" in sql:
+            assert read
+            fqn_calls = rig.local(
+                "SELECT count(*) AS n FROM calls WHERE execution_id IN ("
+                + ", ".join(f"'{e}'" for e in sorted(candidates))
+                + ")"
+            ).rows[0]["n"]
+            assert sum(s.rows for s in relation_scans) <= fqn_calls
+        else:
+            assert relation_scans == [] and values_read  # handles from public columns
+        assert any("fqn = 'ScoreCustomer'" in q for q in answer.run.resident_sql)
 
 
 def test_every_lance_read_of_a_query_uses_one_bound_version(

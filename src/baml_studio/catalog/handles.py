@@ -106,3 +106,29 @@ def state_text(state: ValueState | None, applicable: bool) -> str:
     if isinstance(state, ValueAvailable):
         return "available"
     return f"lost:{LOSS_SQL[state.reason]}"
+
+
+_LOSS_BY_SQL = {f"lost:{text}": reason for reason, text in LOSS_SQL.items()}
+VALUE_CID_PREFIX = "bamlv_1_"
+
+
+def handle_from_public(state: str, cid: str | None) -> bytes | None:
+    """The handle the fold gives a codec-1 value, from its public ``<role>_state`` and
+    ``<role>_cid`` columns (the inverse of :func:`state_text` and ``value_cid_wire``): NULL
+    for ``not_applicable``. ``ValueError`` for a pair the fold never writes. The codec is not
+    public: a value of another codec gets the codec-1 handle of its CID, and the reader of its
+    body reports it ``unsupported`` (``values_v1`` keeps each body's codec)."""
+    if state == "not_applicable":  # the role does not apply (a CID may still be recorded)
+        return None
+    if state == "available":
+        if cid is None or not cid.startswith(VALUE_CID_PREFIX) or len(cid) != 72:
+            raise ValueError(f"an available value needs a bamlv_1_ CID, got {cid!r}")
+        return encode_handle(Available(1, bytes.fromhex(cid[len(VALUE_CID_PREFIX) :])))
+    if cid is not None:
+        raise ValueError(f"a value in state {state!r} has no CID, got {cid!r}")
+    if state == "not_captured":
+        return encode_handle(Unavailable(LOSS_NOT_CAPTURED))
+    reason = _LOSS_BY_SQL.get(state)
+    if reason is None:
+        raise ValueError(f"unknown value state {state!r}")
+    return encode_handle(Unavailable(int(reason)))

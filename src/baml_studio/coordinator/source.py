@@ -31,14 +31,19 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from baml_studio.catalog.handles import LOSS_PENDING, Unavailable, encode_handle
+from baml_studio.catalog.handles import (
+    LOSS_PENDING,
+    Unavailable,
+    encode_handle,
+    handle_from_public,
+)
 from baml_studio.catalog.schema import BY_NAME, Relation, Visibility
 from baml_studio.catalog.source import Snapshot, ValueUnavailable
 from baml_studio.coordinator.cache import ReadCache
 from baml_studio.coordinator.shape import QueryShape
 from baml_studio.coordinator.shared import SharedCaches
 from baml_studio.coordinator.snapshot import BoundSnapshot
-from baml_studio.coordinator.value_index import ValuePredicate, matching_cids
+from baml_studio.coordinator.value_index import ROLES, ValuePredicate, matching_cids
 from baml_studio.format.ids import value_cid_wire
 from baml_studio.objectstore.port import ObjectStore
 from baml_studio.projector.evidence import EvidenceReader
@@ -115,6 +120,9 @@ class CoordinatorSource:
         """Executions with public facts served whose private rows are not in the bound version."""
         self.private_rows_served = 0
         self._values: dict[bytes, bytes] = {}
+        self._other_codec: set[bytes] = set()
+        """CIDs whose ``values_v1`` row holds another codec than 1 (handles computed from
+        public columns say codec 1; the stored codec says ``unsupported``)."""
         self._matched: dict[ValuePredicate, set[str]] = {}
         self._lock = threading.Lock()
 
@@ -143,10 +151,11 @@ class CoordinatorSource:
             raise ValueUnavailable("unsupported")
         with self._lock:
             body = self._values.get(cid)
-        if body is None:
-            body = self._shared.values.get(cid)
-        if body is None:
+        if body is None:  # the shared layers, then values_v1 (counted as read)
             body = self._fetch_values([cid]).get(cid)
+        with self._lock:
+            if cid in self._other_codec:
+                raise ValueUnavailable("unsupported", f"value {cid.hex()} is not a codec-1 body")
         if body is None:
             body = self._bucket_value(cid)
         if len(body) > max_bytes:
@@ -167,6 +176,10 @@ class CoordinatorSource:
         states = _state_columns(relation, private)
         predicates = self._shape.values.get(relation.name, ())
         extra = {p.cid_column for p in predicates} | {p.state_column for p in predicates}
+        roles = ROLES.get(relation.name, {})
+        handles_only = bool(private) and all(name in roles for name in private)
+        if handles_only:  # the handles follow from public columns: no Lance row is read
+            extra |= {roles[name][0] for name in private} | {roles[name][1] for name in private}
         public = [
             c.name
             for c in relation.columns
@@ -176,7 +189,12 @@ class CoordinatorSource:
         facts = self._public(relation, public, execution_ids)
         if predicates and facts.num_rows:
             facts = self._prune_by_values(facts, predicates)
-        if private:
+        if handles_only:
+            try:
+                facts = self._with_handles(relation, facts, private)
+            except ValueError:  # a state the fold never writes: read the stored handles
+                facts = self._with_private(relation, facts, private, states)
+        elif private:
             facts = self._with_private(relation, facts, private, states)
         return pad_table(facts, relation.schema())
 
@@ -240,6 +258,32 @@ class CoordinatorSource:
             out = out.append_column(
                 relation.schema().field(name), column.cast(relation.schema().field(name).type)
             )
+        self._prefetch(relation, out, private)
+        return out
+
+    def _with_handles(self, relation: Relation, facts: pa.Table, private: list[str]) -> pa.Table:
+        """``facts`` with their value handle columns computed from the public state and CID
+        (:func:`~baml_studio.catalog.handles.handle_from_public`): the handle the projector
+        stored in Lance is that same function of the fold's value fact, so reading it back
+        would only cost scans. A row of an execution whose marker is not in the bound
+        ``projected_v1`` is *pending*, as in :meth:`_with_private`. ``ValueError`` for a
+        state/CID pair the fold never writes."""
+        roles = ROLES[relation.name]
+        executions = facts["execution_id"].to_pylist()
+        marked = self._indexed(sorted(set(executions)))
+        indexed = [e in marked for e in executions]
+        out = facts
+        for name in private:
+            cid_column, state_column = roles[name]
+            states = facts[state_column].to_pylist()
+            handles = [
+                handle_from_public(state, cid) if ok else _pending_handle(state)
+                for ok, state, cid in zip(indexed, states, facts[cid_column].to_pylist(),
+                                          strict=True)
+            ]  # fmt: skip
+            out = out.append_column(relation.schema().field(name), pa.array(handles, pa.binary()))
+        self.pending.update(e for e, ok in zip(executions, indexed, strict=True) if not ok)
+        self.private_rows_served += sum(indexed)
         self._prefetch(relation, out, private)
         return out
 
@@ -318,16 +362,26 @@ class CoordinatorSource:
             return None
         return self._shared.datasets.open(self._private, name, version)
 
-    def _scan(self, dataset: object, columns: list[str], where: str | None) -> pa.Table:
+    def _scan(
+        self, dataset: object, columns: list[str], where: str | None, *, counted: bool = True
+    ) -> pa.Table:
+        """One Lance read; its Arrow bytes count as private bytes read unless the caller
+        counts them itself (``counted=False``)."""
         table: pa.Table = dataset.to_table(columns=columns, filter=where)  # type: ignore[attr-defined]  # reason: lance is untyped
-        self.stats.add(lance_scans=1, lance_rows_read=table.num_rows, lance_bytes_read=table.nbytes)
+        self.stats.add(lance_scans=1, lance_rows_read=table.num_rows)
+        if counted:
+            self._count_private(table.nbytes)
+        return table
+
+    def _count_private(self, nbytes: int) -> None:
+        """Count ``nbytes`` of private data read and enforce ``max_private_bytes_read``."""
+        self.stats.add(lance_bytes_read=nbytes)
         if self.stats.private_bytes > self._max_private:
             raise BudgetExceeded(
                 f"the query read more than {self._max_private} private bytes from Lance",
                 "narrow the query (function, time window, execution_id) or raise "
                 "budget.max_private_bytes_read",
             )
-        return table
 
     # --- values --------------------------------------------------------------------------
 
@@ -353,6 +407,9 @@ class CoordinatorSource:
                 missing.append(cid)
             else:
                 found[cid] = hit
+        # a value body counts its length as private bytes read wherever it comes from (the
+        # caches included), so the budget's verdict does not depend on what they hold
+        self._count_private(sum(len(b) for b in found.values()))
         dataset = self._open(VALUES)
         if dataset is not None and missing:
             by_wire = {value_cid_wire(c): c for c in missing}
@@ -361,16 +418,20 @@ class CoordinatorSource:
             for i in range(0, len(wires), ID_CHUNK):
                 chunk = wires[i : i + ID_CHUNK]
                 where = f"cid IN ({', '.join(sql_literal(w) for w in chunk)})"
-                table = self._scan(dataset, ["cid", "codec", "body"], where)
+                table = self._scan(dataset, ["cid", "codec", "body"], where, counted=False)
                 for wire, codec, body in zip(
                     table["cid"].to_pylist(),
                     table["codec"].to_pylist(),
                     table["body"].to_pylist(),
                     strict=True,
                 ):
-                    if codec == VALUE_CODEC:
-                        cid = by_wire[wire]
+                    cid = by_wire[wire]
+                    if codec != VALUE_CODEC:
+                        with self._lock:
+                            self._other_codec.add(cid)
+                    else:
                         found[cid] = body
+                        self._count_private(len(body))
                         self._cache.put_later("values", cid.hex(), body)
                         self._shared.values.put(cid, body)
         with self._lock:
@@ -437,9 +498,14 @@ def _pending_handles(column: pa.ChunkedArray, state: pa.ChunkedArray, rows: list
     values = column.to_pylist()
     states = state.to_pylist()
     for i in rows:
-        applies = states[i] is not None and states[i] not in ("not_applicable", "none")
-        values[i] = PENDING_HANDLE if applies else None
+        values[i] = _pending_handle(states[i])
     return pa.array(values, pa.binary())
+
+
+def _pending_handle(state: str | None) -> bytes | None:
+    """What a value column holds for a pending row: the pending handle where the role applies
+    (its public state is not ``not_applicable``), NULL where it does not."""
+    return None if state is None or state in ("not_applicable", "none") else PENDING_HANDLE
 
 
 def first_per_key(table: pa.Table, keys: list[str]) -> pa.Table:
