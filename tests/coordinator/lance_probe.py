@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,7 @@ class Scan:
     rows: int
     execution_ids: set[str] = field(default_factory=set)
     cids: set[str] = field(default_factory=set)
+    thread: str = ""
 
 
 class ProbedStore:
@@ -51,7 +53,16 @@ class _ProbedDataset:
         )
         cids = set(table["cid"].to_pylist()) if "cid" in table.column_names else set()
         self._probe.scans.append(
-            Scan(self._name, self._version, list(columns or []), filter, table.num_rows, ids, cids)
+            Scan(
+                self._name,
+                self._version,
+                list(columns or []),
+                filter,
+                table.num_rows,
+                ids,
+                cids,
+                threading.current_thread().name,
+            )
         )
         return table
 

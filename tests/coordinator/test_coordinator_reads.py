@@ -234,3 +234,26 @@ def test_without_a_value_index_nothing_is_pruned(
     answer = rig.remote(sql)
     assert answer.rows and answer.rows == rig.local(sql).rows
     assert answer.run.stats.index_lookups == 0 and answer.run.stats.index_pruned_rows == 0
+
+
+def test_chunked_lance_reads_run_in_parallel_and_keep_the_answer(
+    probed: tuple[CoordinatorRig, ProbedStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from baml_studio.coordinator import source
+
+    rig, probe = probed
+    monkeypatch.setattr(source, "ID_CHUNK", 2)  # many chunks, so the scan pool runs several
+    rig.coordinator.shared.values.clear()
+    sql = (
+        "SELECT call_id, call_site_file, args, output FROM calls "
+        "WHERE args['customer']['age'] >= 0 ORDER BY call_id"
+    )
+    before = len(probe.scans)
+    answer = rig.remote(sql)
+    assert answer.rows and answer.rows == rig.local(sql).rows
+    scans = probe.scans[before:]
+    assert sum(1 for s in scans if s.dataset == "calls_v1") > source.SCAN_THREADS
+    assert sum(1 for s in scans if s.dataset == VALUES) > source.SCAN_THREADS
+    assert len({s.thread for s in scans if s.thread.startswith("lance-scan")}) > 1
+    bound = answer.run._snapshot.dataset_versions  # reason: the run's bound snapshot
+    assert all(s.version == bound[s.dataset] for s in scans)

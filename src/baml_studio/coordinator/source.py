@@ -24,7 +24,8 @@ are checked against the query's ``max_private_bytes_read``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +60,8 @@ from baml_studio.query.errors import BudgetExceeded
 
 ID_CHUNK = 500
 """Execution ids per resident subquery or Lance filter (well inside the 64 KiB SQL limit)."""
+SCAN_THREADS = 4
+"""Lance reads in flight at once (a process shares one pool of this size)."""
 PENDING_HANDLE = encode_handle(Unavailable(LOSS_PENDING))
 VALUE_STATE = {"args": "args_state", "output": "output_state", "error": "error_state"}
 ERROR_VALUE_STATE = {"value": "value_state"}
@@ -295,7 +298,7 @@ class CoordinatorSource:
         if dataset is None or facts.num_rows == 0:
             return schema.empty_table()
         filters = _row_filters(facts, keys, self._indexed) if "execution_id" in keys else [None]
-        parts = [self._scan(dataset, keys + private, where) for where in filters]
+        parts = list(self._scans(dataset, keys + private, filters))
         table = (
             pa.concat_tables([_conform(p, schema) for p in parts])
             if parts
@@ -373,6 +376,29 @@ class CoordinatorSource:
             self._count_private(table.nbytes)
         return table
 
+    def _scans(
+        self,
+        dataset: object,
+        columns: list[str],
+        filters: Sequence[str | None],
+        *,
+        counted: bool = True,
+    ) -> Iterator[pa.Table]:
+        """:meth:`_scan` of each filter, up to ``SCAN_THREADS`` at a time (Lance releases the
+        GIL, and a cold read waits on the disk or the bucket), in the filters' order."""
+        if len(filters) <= 1:
+            yield from (self._scan(dataset, columns, f, counted=counted) for f in filters)
+            return
+        futures = [
+            _scan_pool().submit(self._scan, dataset, columns, f, counted=counted) for f in filters
+        ]
+        try:
+            for future in futures:
+                yield future.result()
+        finally:
+            for future in futures:
+                future.cancel()
+
     def _count_private(self, nbytes: int) -> None:
         """Count ``nbytes`` of private data read and enforce ``max_private_bytes_read``."""
         self.stats.add(lance_bytes_read=nbytes)
@@ -415,10 +441,12 @@ class CoordinatorSource:
             by_wire = {value_cid_wire(c): c for c in missing}
             wires = sorted(by_wire)
             self.stats.add(value_lookups=1)
-            for i in range(0, len(wires), ID_CHUNK):
-                chunk = wires[i : i + ID_CHUNK]
-                where = f"cid IN ({', '.join(sql_literal(w) for w in chunk)})"
-                table = self._scan(dataset, ["cid", "codec", "body"], where, counted=False)
+            filters = [
+                f"cid IN ({', '.join(sql_literal(w) for w in wires[i : i + ID_CHUNK])})"
+                for i in range(0, len(wires), ID_CHUNK)
+            ]
+            columns = ["cid", "codec", "body"]
+            for table in self._scans(dataset, columns, filters, counted=False):
                 for wire, codec, body in zip(
                     table["cid"].to_pylist(),
                     table["codec"].to_pylist(),
@@ -453,6 +481,18 @@ class CoordinatorSource:
         self.stats.add(bucket_value_reads=1, lance_bytes_read=0)
         self._cache.put_later("cas-values", cid.hex(), body)
         return body
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _scan_pool() -> ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(SCAN_THREADS, thread_name_prefix="lance-scan")
+        return _POOL
 
 
 def _row_filters(
