@@ -23,7 +23,7 @@ from baml_studio.control.facts import (
     QueryCaps,
     QueryRejected,
 )
-from baml_studio.control.facts.budget import budget_settings
+from baml_studio.control.facts.budget import budget_settings, parse_settings, settings_clause
 from baml_studio.control.facts.connection import ClientPool, translate
 
 
@@ -135,7 +135,7 @@ def test_budget_settings_order_and_caps() -> None:
         budget_settings({"max_rows_to_read": "lots"}, caps)
 
 
-def test_every_query_uses_a_fresh_client_closed_after(
+def test_a_client_that_raised_is_closed_and_one_that_answered_is_reused(
     store: FactStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     opened: list[Any] = []
@@ -157,10 +157,56 @@ def test_every_query_uses_a_fresh_client_closed_after(
     monkeypatch.setattr(store._connector, "open", spying_open)
     with pytest.raises(QueryRejected):
         store.query_arrow(f"SELECT nope FROM {calls(store)}", {})
+    assert len(opened) == 1 and closed == opened  # chDB may taint the next answer: never reused
     after_error = store.query_arrow("SELECT 42 AS answer", {})
     assert after_error.to_pylist() == [{"answer": 42}]
     assert len(opened) == 2 and opened[0] is not opened[1]
-    assert closed == opened
+    again = store.query_arrow("SELECT 43 AS answer", {})
+    assert again.to_pylist() == [{"answer": 43}]
+    assert len(opened) == 2 and closed == [opened[0]]  # the healthy client served again
+
+
+def test_a_querys_settings_do_not_outlive_it_on_a_pooled_client(store: FactStore) -> None:
+    with pytest.raises(BudgetExceeded):
+        store.query_arrow("SELECT number FROM numbers(50)", {"max_result_rows": 10})
+    small = store.query_arrow("SELECT number FROM numbers(5)", {"max_result_rows": 10})
+    assert small.num_rows == 5
+    # the same pooled client: no max_result_rows of 10 left on its session
+    assert store.query_arrow("SELECT number FROM numbers(5000)", {}).num_rows == 5000
+    store.query_arrow("SELECT 1 AS one", {"join_use_nulls": 1})  # not a capped budget
+    settings = store.query_arrow(
+        "SELECT name FROM system.settings WHERE changed AND name = 'join_use_nulls'", {}
+    )
+    assert settings.num_rows == 0
+    assert store._queries.idle >= 1
+
+
+def test_settings_clause_renders_literals_and_leaves_parse_settings_to_the_client() -> None:
+    settings = {
+        "max_query_size": 300_000,
+        "max_execution_time": 2.5,
+        "result_overflow_mode": "it's\\",
+        "readonly": 1,
+    }
+    clause = settings_clause(settings)
+    assert clause == (
+        " SETTINGS max_execution_time = 2.5, result_overflow_mode = 'it\\'s\\\\', readonly = 1"
+    )
+    assert parse_settings(settings) == {"max_query_size": 300_000}
+    assert settings_clause({"max_query_size": 1}) == ""
+    with pytest.raises(QueryRejected):
+        settings_clause({"max_rows_to_read; DROP": 1})
+    with pytest.raises(QueryRejected):
+        settings_clause({"max_execution_time": float("nan")})
+
+
+def test_a_query_longer_than_the_default_max_query_size_runs(store: FactStore) -> None:
+    values = ", ".join(f"'{i:08d}'" for i in range(40_000))  # about 440 KB of SQL
+    sql = f"SELECT count() AS n FROM {calls(store)} WHERE call_id IN ({values})"
+    assert len(sql) > 262_144
+    with pytest.raises(QueryRejected):  # ClickHouse's default limit refuses it
+        store.query_arrow(sql, {})
+    assert store.query_arrow(sql, {"max_query_size": len(sql) + 1}).num_rows == 1
 
 
 def test_concurrent_queries_each_get_their_answer(store: FactStore) -> None:

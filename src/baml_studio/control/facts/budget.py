@@ -1,12 +1,16 @@
 """The settings a caller query runs with: its budgets, capped, then ``readonly=1`` (pure).
 
-clickhouse-connect's chDB backend applies settings as ``SET`` statements in dict order on the
-client's session, and ``readonly=1`` forbids every later ``SET``, so ``readonly`` goes last
-(a server takes them per request; the order is harmless there).
+They travel in the query's own ``SETTINGS`` clause (:func:`settings_clause`), which binds them
+to that one query on ClickHouse and chDB alike: a pooled client keeps no trace of them.
+(clickhouse-connect's chDB backend would apply per-call settings as ``SET`` statements on the
+client's session and restore them afterwards, two statements per setting, and it cannot restore
+anything after ``readonly=1``.) Only :data:`PARSE_SETTINGS` must be known before the query is
+parsed, so they go as client settings; ``readonly`` stays last in the clause.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 
@@ -16,6 +20,9 @@ from baml_studio.control.facts.errors import QueryRejected
 SETTING_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 SettingValue = int | float | str
+
+PARSE_SETTINGS = frozenset({"max_query_size"})
+"""Settings the server needs before it parses the query: they cannot be in its clause."""
 
 
 def budget_settings(
@@ -59,3 +66,34 @@ def _capped(name: str, given: SettingValue | None, cap: int | float) -> int | fl
     if value <= 0 or value > cap:
         return cap
     return int(value) if isinstance(cap, int) and value.is_integer() else value
+
+
+def settings_clause(settings: Mapping[str, SettingValue]) -> str:
+    """`` SETTINGS name = value, …`` for ``settings`` outside :data:`PARSE_SETTINGS`, in order
+    (``""`` if none). Names must match :data:`SETTING_NAME`; strings are quoted literals."""
+    parts = []
+    for name, value in settings.items():
+        if name in PARSE_SETTINGS:
+            continue
+        if not SETTING_NAME.fullmatch(name):
+            raise QueryRejected(f"setting name {name!r} is not a ClickHouse setting name")
+        parts.append(f"{name} = {_setting_literal(value)}")
+    return f" SETTINGS {', '.join(parts)}" if parts else ""
+
+
+def parse_settings(settings: Mapping[str, SettingValue]) -> dict[str, SettingValue]:
+    """The members of :data:`PARSE_SETTINGS` in ``settings``."""
+    return {name: value for name, value in settings.items() if name in PARSE_SETTINGS}
+
+
+def _setting_literal(value: SettingValue) -> str:
+    if isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise QueryRejected(f"setting value {value!r} is not a finite number")
+        return repr(value)
+    escaped = value.replace("\\", "\\\\").replace("'", "\\'")
+    return f"'{escaped}'"

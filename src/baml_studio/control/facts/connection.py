@@ -185,8 +185,9 @@ class Connector:
 
 
 class ClientPool:
-    """Reusable clients for the store's own statements (never for caller queries). A client
-    is returned to the pool only after a call that did not raise; otherwise it is closed."""
+    """Reusable clients (the store keeps one pool for its own statements and another for
+    caller queries). A client is returned to the pool only after a call that did not raise;
+    otherwise it is closed."""
 
     def __init__(self, connector: Connector, max_idle: int = 8) -> None:
         self._connector = connector

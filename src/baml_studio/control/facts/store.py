@@ -5,7 +5,9 @@ batch_id)``. Ledger decisions are serialised per key in-process (ClickHouse has 
 compare-and-set); batches of one relation waiting at the same time are decided by one ledger
 lookup and written by one fact insert and one ledger insert (:mod:`.coalesce`), rows first,
 ledger second. :meth:`FactStore.erase` deletes facts by root. :meth:`FactStore.query_arrow`
-runs one caller query on a fresh read-only client with budgets. Only our errors leave.
+runs one caller query, read-only and with budgets, on a pooled client (its settings in
+the query's own ``SETTINGS`` clause; a client that raised is closed, never reused). Only our
+errors leave.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from baml_studio.control.facts.batch import (
     check_batch,
     fact_rows,
 )
-from baml_studio.control.facts.budget import budget_settings
+from baml_studio.control.facts.budget import budget_settings, parse_settings, settings_clause
 from baml_studio.control.facts.coalesce import (
     Coalescer,
     CoalescerClosed,
@@ -35,7 +37,7 @@ from baml_studio.control.facts.coalesce import (
     Pending,
 )
 from baml_studio.control.facts.config import FactStoreConfig
-from baml_studio.control.facts.connection import ClientPool, Connector, close_quietly, translate
+from baml_studio.control.facts.connection import ClientPool, Connector, translate
 from baml_studio.control.facts.ddl import (
     LEDGER_TABLE,
     in_list_sql,
@@ -71,6 +73,10 @@ Admission = Callable[[Scope, str], ApiError | None]
 the refusal each of them gets (the control plane's: the generation is not the active one)."""
 
 
+FORMAT_ROOM = 64
+"""Bytes the client appends to a query (`` FORMAT ArrowStream``) beyond its SETTINGS clause."""
+
+
 class FactStore:
     """Public facts of every scope and generation in one ClickHouse database."""
 
@@ -79,6 +85,7 @@ class FactStore:
         self.stats = FactStoreStats()
         self._connector = connector
         self._pool = ClientPool(connector)
+        self._queries = ClientPool(connector)  # caller queries: never the store's statements
         self._tables = Tables(self._pool, config.database)
         self._cache = LedgerCache(config.ledger_cache_entries)
         self._key_locks = KeyLocks()
@@ -105,6 +112,7 @@ class FactStore:
         self._coalescer.close()
         self._inserts.shutdown()
         self._pool.close()
+        self._queries.close()
 
     def __enter__(self) -> FactStore:
         return self
@@ -274,18 +282,23 @@ class FactStore:
     # ------------------------------------------------------------------------------ reads
 
     def query_arrow(self, sql: str, settings: Mapping[str, int | float | str]) -> pa.Table:
-        """Run one caller query on a fresh client, closed afterwards: the caller's settings
-        in order, lowered to the configured caps, then ``readonly=1`` last.
+        """Run one caller query: the caller's settings in order, lowered to the configured
+        caps, then ``readonly=1`` last, all in the query's ``SETTINGS`` clause (so they bind
+        this query only) but for :data:`~.budget.PARSE_SETTINGS`. The client comes from a pool
+        of caller-query clients and goes back only if the query succeeded: after an error chDB
+        can prepend the failed query's partial output to the next result on that connection.
         :class:`BudgetExceeded` (``details["limit"]``), :class:`QueryRejected` or
         :class:`FactStoreUnavailable` on failure."""
         effective = budget_settings(settings, self.config.query_caps)
-        client = self._connector.open()
+        clause = settings_clause(effective)
+        parse = parse_settings(effective)
+        if "max_query_size" in parse:  # the caller sized it for its SQL; ours follows it
+            parse["max_query_size"] = int(parse["max_query_size"]) + len(clause) + FORMAT_ROOM
         try:
-            table = client.query_arrow(sql, settings=effective)
+            with self._queries.client() as client:
+                table = client.query_arrow(sql + clause, settings=parse)
         except CLIENT_ERRORS as exc:
             raise translate(exc, "query") from exc
-        finally:
-            close_quietly(client)
         self.stats.add(queries=1)
         return table
 
