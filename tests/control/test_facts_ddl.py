@@ -16,6 +16,7 @@ from baml_studio.catalog.split import private_schema, public_schema
 from baml_studio.control.facts import FactStore, relation_select_sql, schema_sql
 from baml_studio.control.facts.ddl import (
     INTERNAL_COLUMNS,
+    LOW_CARDINALITY,
     clickhouse_type,
     create_ledger_sql,
     create_table_sql,
@@ -39,7 +40,8 @@ def expected_type(field: pa.Field) -> str:
     if pa.types.is_list(field.type):
         return "Array(String)"
     base = EXPECTED_TYPES[field.type]
-    return f"Nullable({base})" if field.nullable else base
+    typed = f"Nullable({base})" if field.nullable else base
+    return f"LowCardinality({typed})" if field.name in LOW_CARDINALITY else typed
 
 
 @pytest.fixture
@@ -249,3 +251,25 @@ def test_function_definitions_read_as_a_set(store: FactStore) -> None:
     )
     got = store.query_arrow(f"SELECT * FROM {derived} AS f ORDER BY function_id DESC", {})
     assert got.cast(rows.schema).equals(rows)
+
+
+def test_every_low_cardinality_name_is_a_public_string_column() -> None:
+    strings = {
+        f.name for rel in RELATIONS.values() for f in public_schema(rel) if f.type == pa.string()
+    }
+    assert LOW_CARDINALITY.issubset(strings)
+    assert "execution_id" not in LOW_CARDINALITY and "call_id" not in LOW_CARDINALITY
+    assert clickhouse_type(pa.field("fqn", pa.string())) == "LowCardinality(Nullable(String))"
+    field = pa.field("status", pa.string(), nullable=False)
+    assert clickhouse_type(field) == "LowCardinality(String)"
+
+
+def test_low_cardinality_columns_read_back_as_plain_strings(store: FactStore) -> None:
+    rows = sample_rows("calls_v1", 10)
+    store.put_batch(key("calls_v1", "r1"), rows, "d")
+    derived = relation_select_sql("calls_v1", store.config.database, SCOPE_A, "gen_1")
+    got = store.query_arrow(f"SELECT fqn, status, args_state FROM {derived} AS c", {})
+    assert [f.type for f in got.schema] == [pa.string()] * 3
+    assert sorted(got.column("fqn").to_pylist(), key=str) == sorted(
+        rows.column("fqn").to_pylist(), key=str
+    )
