@@ -215,3 +215,24 @@ def test_unknown_routes_and_methods_are_error_responses(rig: Rig) -> None:
     ):
         assert answer.status_code == status
         ErrorResponse.model_validate(answer.json())
+
+
+def test_startup_warms_the_compiler_and_one_query_client(rig: Rig) -> None:
+    # the app's lifespan ran ControlPlane.warm_up before the first request
+    assert rig.control.facts._queries.idle == 1
+
+
+def test_a_failing_warm_up_is_logged_and_the_server_still_answers(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from baml_studio.control.facts import FactStoreUnavailable
+
+    def down(sql: str, settings: object) -> None:
+        raise FactStoreUnavailable("ClickHouse is down")
+
+    monkeypatch.setattr(rig.control.facts, "query_arrow", down)
+    with caplog.at_level("WARNING"):
+        rig.control.warm_up()
+    assert "warm-up failed code=" in caplog.text
+    monkeypatch.undo()
+    assert rig.snapshot(rig.token_a, SCOPE_A).status_code == 200

@@ -18,8 +18,9 @@ carry ``Retry-After``. Logs carry ids and states, never SQL text, tokens or fact
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
 import anyio.to_thread
@@ -181,7 +182,13 @@ def create_app(control: ControlPlane) -> AsgiApp:
         Route("/query-snapshots", query_snapshot, methods=["POST"]),
         Route("/resident-queries", resident_query, methods=["POST"]),
     ]
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await anyio.to_thread.run_sync(control.warm_up)  # also loads anyio's thread backend
+        yield
+
     return Starlette(
+        lifespan=lifespan,
         routes=[
             *workload,
             Mount("/studio-data/v1", routes=workload),
