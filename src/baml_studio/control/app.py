@@ -182,6 +182,7 @@ def create_app(control: ControlPlane) -> AsgiApp:
         Route("/query-snapshots", query_snapshot, methods=["POST"]),
         Route("/resident-queries", resident_query, methods=["POST"]),
     ]
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await anyio.to_thread.run_sync(control.warm_up)  # also loads anyio's thread backend
