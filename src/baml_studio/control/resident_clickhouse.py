@@ -25,6 +25,7 @@ through the scoped derived tables.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -280,7 +281,10 @@ def _cte_target(table: exp.Table, ctes: dict[int, str]) -> str:
     raise ResidentCompilerError(f"CTE {table.name!r} has no visible definition")
 
 
+@functools.lru_cache(maxsize=256)
 def _parse_relation(name: str, sql: str) -> exp.Query:
+    """The parsed relation SQL, cached by text (a scope and generation repeat across queries):
+    callers copy it and never change the cached tree."""
     try:
         parsed = sqlglot.parse_one(sql, dialect=CLICKHOUSE)
     except SqlglotError as exc:

@@ -23,7 +23,7 @@ from baml_studio.control.schemas import CATALOG_VERSIONS
 from baml_studio.coordinator.auth import UserTokenAuth
 from baml_studio.coordinator.cache import ReadCache
 from baml_studio.coordinator.config import CoordinatorConfig
-from baml_studio.coordinator.execute import Run
+from baml_studio.coordinator.execute import Run, warm_planner
 from baml_studio.coordinator.params import bind
 from baml_studio.coordinator.run import Mode, QueryRequest
 from baml_studio.coordinator.shared import SharedCaches
@@ -67,6 +67,7 @@ class Coordinator:
         self.resident_hook: Callable[[str], None] | None = None
         """Called with the SQL of every resident subquery before it is sent (tests capture)."""
         self._clock = clock
+        warm_planner()
         self._lock = threading.Lock()
 
     def start(

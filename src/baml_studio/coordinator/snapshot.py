@@ -71,11 +71,9 @@ class SnapshotBinder:
     def bind(self, scope: Scope, catalog_version: str) -> BoundSnapshot:
         control = self._control_snapshot(scope, catalog_version)
         store = self._private_store(scope)
-        versions = store.version()
-        marker = versions.get(PROJECTED, 0)
+        marker = store.version((PROJECTED,)).get(PROJECTED, 0)
         # read every other dataset after the marker: they hold at least the marked rows
-        later = store.version()
-        bound = {name: later[name] for name in DATASETS if name in later}
+        bound = store.version(tuple(name for name in DATASETS if name != PROJECTED))
         bound[PROJECTED] = marker
         return BoundSnapshot(
             scope,

@@ -362,10 +362,11 @@ class PrivateStore:
             raise PrivateStoreError(f"{PROJECTED} does not exist; version {version} is unknown")
         return set(self._read(ds, ["execution_id"], None)["execution_id"].to_pylist())
 
-    def version(self) -> dict[str, int]:
-        """The newest version of each dataset that exists (absent datasets are left out)."""
+    def version(self, names: Iterable[str] = DATASETS) -> dict[str, int]:
+        """The newest version of each of ``names`` (every dataset by default) that exists
+        (absent datasets are left out)."""
         out = {}
-        for name in DATASETS:
+        for name in names:
             ds = self._open(name)
             if ds is not None:
                 out[name] = ds.version
