@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import shutil
@@ -277,6 +278,7 @@ class Bench:
         self.coordinator = Coordinator(
             self.control, lambda scope: store, config=CoordinatorConfig(cache_dir=cache_dir)
         )
+        gc.freeze()  # as `baml-studio serve dataplane` does once it has started
 
     def run(self, q: Query, sql: str) -> Timing:
         from baml_studio.control.identity import UserIdentity

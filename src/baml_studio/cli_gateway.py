@@ -17,6 +17,7 @@ s3-notifications`` sets that policy (replacing any other policy on the queue); w
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import re
@@ -170,6 +171,7 @@ def serve_dataplane(
     logging.getLogger("sqlparser").setLevel(logging.WARNING)
     scheme = "https" if ssl else "http"
     click.echo(f"gateway on {scheme}://{host}:{port} (data {data})", err=True)
+    gc.freeze()  # startup's objects live as long as the process: out of the collector's way
     try:
         uvicorn.run(dataplane.app, host=host, port=port, log_level="info", access_log=False, **ssl)
     finally:

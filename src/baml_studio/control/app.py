@@ -19,6 +19,7 @@ carry ``Retry-After``. Logs carry ids and states, never SQL text, tokens or fact
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -186,6 +187,9 @@ def create_app(control: ControlPlane) -> AsgiApp:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await anyio.to_thread.run_sync(control.warm_up)  # also loads anyio's thread backend
+        # what startup built lives as long as the process: out of the collector's way, so a
+        # full collection does not walk every module's objects while a request waits
+        gc.freeze()
         yield
 
     return Starlette(
