@@ -257,3 +257,29 @@ def test_chunked_lance_reads_run_in_parallel_and_keep_the_answer(
     assert len({s.thread for s in scans if s.thread.startswith("lance-scan")}) > 1
     bound = answer.run._snapshot.dataset_versions  # reason: the run's bound snapshot
     assert all(s.version == bound[s.dataset] for s in scans)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT call_id, args FROM calls WHERE args['customer']['age'] >= 0 ORDER BY call_id",
+        "SELECT args['customer']['age'] AS age, count(*) AS n FROM calls "
+        "GROUP BY args['customer']['age']",
+    ],
+)
+def test_a_finished_query_frees_its_resolver_and_decoded_values(
+    probed: tuple[CoordinatorRig, ProbedStore], sql: str
+) -> None:
+    import gc
+    import weakref
+
+    rig, _ = probed
+    answer = rig.remote(sql)
+    assert answer.rows and answer.outcome["resultState"] in ("complete", "incomplete")
+    result = answer.run._engine_result  # reason: the engine result whose lifetime is tested
+    resolver = weakref.ref(result._resolver)
+    del answer, result
+    gc.collect()
+    # the session's UDFs (held in Rust) reach the resolver, which reaches the run: a cycle
+    # the collector cannot see unless the result drops its frames when it finishes
+    assert resolver() is None

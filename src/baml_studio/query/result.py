@@ -95,6 +95,7 @@ class QueryResult:
         """Stop the query now if it is still streaming (the outcome becomes ``cancelled``)."""
         if self._outcome is None and self._iterator is not None:
             self._iterator.close()  # drops the DataFusion stream inside the generator
+            self._release()
 
     def stop(self, error: QueryError) -> None:
         """End the stream now with ``error`` (a limit the caller enforces, such as result bytes);
@@ -180,3 +181,15 @@ class QueryResult:
             self._outcome = QueryOutcome.finished(self._snapshot, self._rows, evaluations)
         else:
             self._outcome = QueryOutcome.stopped(self._snapshot, self._rows, evaluations, error)
+        self._release()
+
+    def _release(self) -> None:
+        """Drop the DataFusion frames once no row will be read any more. They hold the
+        session, whose UDFs hold Python callables that reach the resolver and this result: a
+        cycle through Rust that Python's collector cannot see, so without this a finished
+        query's resolver (and its cache of decoded values) lived as long as the process."""
+        self._frame = None
+        more, self._more = self._more, None
+        close = getattr(more, "close", None)
+        if close is not None:
+            close()
