@@ -163,11 +163,12 @@ def worker_serve(data_dir: Path, port: int, info_log: bool) -> None:
 
     from baml_studio.control.app import create_app
     from baml_studio.control.service import ControlPlane
+    from baml_studio.servergc import tune_for_serving
 
     if info_log:
         logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
     control = ControlPlane.open(ControlConfig.from_data_dir(data_dir))
-    app = create_app(control)
+    app = create_app(control, on_started=tune_for_serving)  # as `serve control` does
 
     async def bench_app(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"] == "/_bench/stats":

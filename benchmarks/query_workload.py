@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import json
 import os
 import shutil
@@ -50,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import control_plane_corpus as corpus_mod
 import query_workload_corpus as private_mod
 from baml_studio.projector.lance_store import PrivateStore
+from baml_studio.servergc import tune_for_serving
 from control_plane import drop_caches, issue_tokens, loadavg, machine, serve
 from control_plane_corpus import MANIFEST, SCOPE_A
 
@@ -278,7 +278,7 @@ class Bench:
         self.coordinator = Coordinator(
             self.control, lambda scope: store, config=CoordinatorConfig(cache_dir=cache_dir)
         )
-        gc.freeze()  # as `baml-studio serve dataplane` does once it has started
+        tune_for_serving()  # as `baml-studio serve dataplane` does once it has started
 
     def run(self, q: Query, sql: str) -> Timing:
         from baml_studio.control.identity import UserIdentity

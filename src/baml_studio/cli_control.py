@@ -59,6 +59,7 @@ def serve_control(
     from baml_studio.control.service import ControlPlane
     from baml_studio.control.tls import server_ssl_options
     from baml_studio.format.errors import BamlStudioError
+    from baml_studio.servergc import tune_for_serving
 
     try:
         config = ControlConfig.from_data_dir(data, metastore_url=metastore_url, facts_dsn=facts_dsn)
@@ -80,7 +81,7 @@ def serve_control(
     click.echo(f"control plane on {scheme}://{host}:{port} (data {data})", err=True)
     try:
         uvicorn.run(
-            create_app(control),
+            create_app(control, on_started=tune_for_serving),
             host=host,
             port=port,
             log_level="info",

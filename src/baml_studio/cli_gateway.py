@@ -17,7 +17,6 @@ s3-notifications`` sets that policy (replacing any other policy on the queue); w
 
 from __future__ import annotations
 
-import gc
 import json
 import logging
 import re
@@ -31,6 +30,7 @@ from baml_studio.gateway.environments import EnvironmentsFile
 from baml_studio.gateway.errors import KeyringError
 from baml_studio.gateway.service import DataplaneConfig, load_dataplane_config
 from baml_studio.gateway.tokens import MAX_TTL_SECONDS, KeyRingFile, mint_publisher_token
+from baml_studio.servergc import tune_for_serving
 
 EXIT_RULES_MISSING = 3
 EXIT_UNAVAILABLE = 4
@@ -171,7 +171,7 @@ def serve_dataplane(
     logging.getLogger("sqlparser").setLevel(logging.WARNING)
     scheme = "https" if ssl else "http"
     click.echo(f"gateway on {scheme}://{host}:{port} (data {data})", err=True)
-    gc.freeze()  # startup's objects live as long as the process: out of the collector's way
+    tune_for_serving()  # what startup built stays out of the collector's way
     try:
         uvicorn.run(dataplane.app, host=host, port=port, log_level="info", access_log=False, **ssl)
     finally:

@@ -236,3 +236,15 @@ def test_a_failing_warm_up_is_logged_and_the_server_still_answers(
     assert "warm-up failed code=" in caplog.text
     monkeypatch.undo()
     assert rig.snapshot(rig.token_a, SCOPE_A).status_code == 200
+
+
+def test_on_started_runs_after_the_warm_up(rig: Rig) -> None:
+    from starlette.testclient import TestClient
+
+    from baml_studio.control.app import create_app
+
+    order: list[str] = []
+    real = rig.control.warm_up
+    rig.control.warm_up = lambda: (order.append("warm_up"), real())[1]  # type: ignore[method-assign]
+    with TestClient(create_app(rig.control, on_started=lambda: order.append("started"))):
+        assert order == ["warm_up", "started"]

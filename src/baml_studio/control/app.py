@@ -19,7 +19,6 @@ carry ``Retry-After``. Logs carry ids and states, never SQL text, tokens or fact
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -62,7 +61,10 @@ def _respond(answer: Answer) -> Response:
     return Response(answer.body or b"", answer.status, headers, media_type=answer.media_type)
 
 
-def create_app(control: ControlPlane) -> AsgiApp:
+def create_app(control: ControlPlane, *, on_started: Callable[[], None] | None = None) -> AsgiApp:
+    """The app over ``control``. At startup it warms ``control`` up
+    (:meth:`ControlPlane.warm_up`), then calls ``on_started`` (``serve control`` passes
+    :func:`baml_studio.servergc.tune_for_serving`; tests leave their process's GC alone)."""
     batch_limit = control.config.batch_limits.max_body_bytes
     limiters: dict[str, anyio.CapacityLimiter] = {}
 
@@ -187,9 +189,8 @@ def create_app(control: ControlPlane) -> AsgiApp:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await anyio.to_thread.run_sync(control.warm_up)  # also loads anyio's thread backend
-        # what startup built lives as long as the process: out of the collector's way, so a
-        # full collection does not walk every module's objects while a request waits
-        gc.freeze()
+        if on_started is not None:
+            on_started()
         yield
 
     return Starlette(

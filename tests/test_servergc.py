@@ -1,0 +1,21 @@
+"""``tune_for_serving`` freezes startup's objects and raises the collection thresholds, in the
+process that serves (a subprocess here, so the test process keeps its own GC settings)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from baml_studio.servergc import THRESHOLDS
+
+
+def test_tune_for_serving_freezes_and_raises_the_thresholds() -> None:
+    code = (
+        "import gc; from baml_studio.servergc import tune_for_serving; "
+        "before = gc.get_freeze_count(); tune_for_serving(); "
+        "print(before, gc.get_freeze_count() > before, *gc.get_threshold())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    before, frozen, *threshold = out.stdout.split()
+    assert before == "0" and frozen == "True"
+    assert tuple(int(t) for t in threshold) == THRESHOLDS
