@@ -283,3 +283,20 @@ def test_a_finished_query_frees_its_resolver_and_decoded_values(
     # the session's UDFs (held in Rust) reach the resolver, which reaches the run: a cycle
     # the collector cannot see unless the result drops its frames when it finishes
     assert resolver() is None
+
+
+def test_a_repeated_query_reuses_decoded_values_and_answers_the_same(
+    probed: tuple[CoordinatorRig, ProbedStore],
+) -> None:
+    rig, _ = probed
+    decoded = rig.coordinator.shared.decoded
+    decoded.clear()
+    sql = "SELECT call_id, args['customer']['age'] AS age FROM calls ORDER BY call_id"
+    first = rig.remote(sql)
+    hits = decoded.hits
+    second = rig.remote(sql)
+    assert first.rows and first.rows == second.rows == rig.local(sql).rows
+    assert first.outcome["valueEvaluations"] == second.outcome["valueEvaluations"]
+    assert decoded.hits > hits and len(decoded) > 0
+    rig.coordinator.forget_values()  # after an erasure: nothing decoded is kept
+    assert len(decoded) == 0

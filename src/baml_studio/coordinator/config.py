@@ -24,6 +24,9 @@ class CoordinatorConfig:
     cache_bytes: int = 1 << 30
     """Largest size of the read cache."""
 
+    decoded_values: int = 100_000
+    """Decoded values kept in memory across queries (0: none; each query decodes its own)."""
+
     studio_origins: tuple[str, ...] = ()
     """Browser origins allowed by CORS (Studio)."""
 
@@ -34,6 +37,8 @@ class CoordinatorConfig:
     """How long a job record and its result are kept."""
 
     def __post_init__(self) -> None:
+        if self.decoded_values < 0:
+            raise ValueError("CoordinatorConfig.decoded_values must be at least 0")
         for name in ("max_interactive_candidates", "max_background_candidates", "cache_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"CoordinatorConfig.{name} must be at least 1")

@@ -212,7 +212,7 @@ class Run:
             max_wall_s=budget.max_wall_ms / 1000, max_result_rows=budget.max_result_rows
         )
         self._phase, self._fraction = "private", 0.3
-        result = QueryEngine(source, budgets).execute(self._sql)
+        result = QueryEngine(source, budgets, decoded=self._c.shared.decoded).execute(self._sql)
         self._engine_result = result
         self._phase, self._fraction = "merging", 0.6
         pending = indexed = 0

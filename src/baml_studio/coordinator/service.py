@@ -60,7 +60,7 @@ class Coordinator:
             if self.config.cache_dir is not None
             else ReadCache.disabled()
         )
-        self.shared = SharedCaches()
+        self.shared = SharedCaches(self.config.decoded_values)
         """Datasets by version, marker sets, value bodies: reused across queries."""
         self.stats = SourceStats()
         """Totals over every query (instrumentation for tests and operators)."""
@@ -94,6 +94,7 @@ class Coordinator:
         """Drop every cached value body (after an erasure deleted values)."""
         self.cache.clear()
         self.shared.values.clear()
+        self.shared.decoded.clear()
 
     def bind(self, scope: Scope, catalog_version: str) -> BoundSnapshot:
         try:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from baml_studio.projector.lance_store import PROJECTED, PrivateStore
+from baml_studio.query.values import DecodedValues
 
 
 class DatasetCache:
@@ -100,10 +101,12 @@ class ValueLru:
 
 
 class SharedCaches:
-    def __init__(self) -> None:
+    def __init__(self, decoded_entries: int = 100_000) -> None:
         self.datasets = DatasetCache()
         self.markers = MarkerCache()
         self.values = ValueLru()
+        self.decoded = DecodedValues(max_entries=decoded_entries)
+        """Decoded values by CID, so a repeated query does not decode its bodies again."""
 
 
 __all__ = ["PROJECTED", "DatasetCache", "MarkerCache", "SharedCaches", "ValueLru"]

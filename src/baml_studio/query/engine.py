@@ -42,7 +42,7 @@ from baml_studio.query.rewrite import rewrite
 from baml_studio.query.schema_doc import schema_document
 from baml_studio.query.session import build_session, sql
 from baml_studio.query.udfs import build_udfs
-from baml_studio.query.values import ValueResolver
+from baml_studio.query.values import DecodedValues, ValueResolver
 from baml_studio.query.views import with_view_order
 
 _T = TypeVar("_T")
@@ -68,15 +68,19 @@ class QueryEngine:
         budgets: QueryBudgets | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        decoded: DecodedValues | None = None,
     ) -> None:
+        """``decoded``: a cache of decoded values shared with other queries (the
+        coordinator's); without it each query decodes what it reads."""
         self._source = source
         self._budgets = budgets or QueryBudgets()
         self._clock = clock
+        self._decoded = decoded
 
     def execute(self, sql_text: str, *, internal: bool = False) -> QueryResult:
         """Plan ``sql_text`` and return its (lazily streamed) result; never raises QueryError."""
         deadline = self._clock() + self._budgets.max_wall_s
-        resolver = ValueResolver(self._source, self._budgets, deadline, self._clock)
+        resolver = ValueResolver(self._source, self._budgets, deadline, self._clock, self._decoded)
         snapshot = UNKNOWN_SNAPSHOT
         try:
             snapshot = self._snapshot()
@@ -107,7 +111,7 @@ class QueryEngine:
                 f"only queries have a plan; got {statement.text!r}", "pass a SELECT query"
             )
         deadline = self._clock() + self._budgets.max_wall_s
-        resolver = ValueResolver(self._source, self._budgets, deadline, self._clock)
+        resolver = ValueResolver(self._source, self._budgets, deadline, self._clock, self._decoded)
         text = statement.text if statement.kind == "explain" else f"EXPLAIN {statement.text}"
         planned = self._plan(text, internal, resolver, explain_only=True)
         try:

@@ -39,6 +39,56 @@ class Unavailable(str):
     __slots__ = ()
 
 
+class DecodedValues:
+    """Decoded codec-1 values by CID, shared by the queries of a long-lived process (the
+    coordinator): a CID names its bytes, and values are immutable, so an entry never goes
+    stale. LRU, bounded by ``max_entries`` and by the summed body lengths ``max_body_bytes``
+    (a decoded value takes roughly ten to twenty times its body in Python objects).
+
+    Only the decoding is shared: each query still reads the body through its source (budgets,
+    private-bytes accounting and unavailability are per query as before), then finds the
+    decoded value here instead of decoding it again."""
+
+    def __init__(self, max_entries: int = 100_000, max_body_bytes: int = 64 << 20) -> None:
+        self._max_entries = max_entries
+        self._max_bytes = max_body_bytes
+        self._bytes = 0
+        self._entries: OrderedDict[bytes, tuple[Value, int]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, cid: bytes) -> Value | None:
+        with self._lock:
+            entry = self._entries.get(cid)
+            if entry is None:
+                self.misses += 1
+                return None
+            self._entries.move_to_end(cid)
+            self.hits += 1
+            return entry[0]
+
+    def put(self, cid: bytes, value: Value, body_bytes: int) -> None:
+        if body_bytes > self._max_bytes // 8 or self._max_entries <= 0:
+            return
+        with self._lock:
+            if cid in self._entries:
+                return
+            self._entries[cid] = (value, body_bytes)
+            self._bytes += body_bytes
+            while len(self._entries) > self._max_entries or self._bytes > self._max_bytes:
+                _, (_, size) = self._entries.popitem(last=False)
+                self._bytes -= size
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+
+
 class ValueResolver:
     def __init__(
         self,
@@ -46,7 +96,9 @@ class ValueResolver:
         budgets: QueryBudgets,
         deadline: float,
         clock: Callable[[], float] = time.monotonic,
+        decoded: DecodedValues | None = None,
     ) -> None:
+        self._decoded = decoded
         self._source = source
         self._budgets = budgets
         self._deadline = deadline
@@ -147,12 +199,18 @@ class ValueResolver:
                 f"the query decoded more than {self._budgets.max_decoded_bytes} bytes of values",
                 "narrow the query so it reads fewer values, or raise max_decoded_bytes",
             )
+        shared = self._decoded.get(handle.cid) if self._decoded is not None else None
+        if shared is not None:
+            return shared
         try:
-            return decode_value(body)
+            value = decode_value(body)
         except ValueTooDeep:
             return Unavailable("truncated")
         except ValueCorrupt:
             return Unavailable("corrupt")
+        if self._decoded is not None:
+            self._decoded.put(handle.cid, value, len(body))
+        return value
 
     def _exhaust(self, message: str, remedy: str, evaluating: bool = True) -> None:
         if self.exhausted is None:
