@@ -456,3 +456,54 @@ def test_two_processes_share_a_directory(tmp_path: Path) -> None:
     after = ReadCache(tmp_path, 1 << 20)
     assert after.get("cas", "shared") == body(-1, 5000)
     assert after.stats.corrupt == 0
+
+
+@pytest.mark.parametrize("list_at", [1, 10_000])  # listing each directory, or opening each key
+def test_get_many_agrees_with_get(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, list_at: int
+) -> None:
+    import baml_studio.coordinator.cache as cache_mod
+
+    monkeypatch.setattr(cache_mod, "LIST_AT", list_at)
+    cache = ReadCache(tmp_path, 1 << 20)
+    other = ReadCache(tmp_path, 1 << 20)  # another process sharing the directory
+    keys = [f"k{i}" for i in range(300)]
+    for key in keys[:100]:
+        cache.put("values", key, key.encode() * 3)
+    for key in keys[100:150]:
+        other.put("values", key, b"other " + key.encode())
+    corrupt = entry_path(tmp_path, "values", keys[0])
+    corrupt.write_bytes(corrupt.read_bytes()[:-1])  # torn: a miss, removed
+    misses = cache.stats.misses
+    got = cache.get_many("values", keys)
+    expected = {k: k.encode() * 3 for k in keys[1:100]}
+    expected |= {k: b"other " + k.encode() for k in keys[100:150]}
+    assert got == expected
+    assert cache.stats.misses - misses == 300 - len(expected)
+    assert not corrupt.exists()
+    assert {k: cache.get("values", k) for k in keys if cache.get("values", k)} == expected
+
+
+def test_get_many_serves_bodies_waiting_to_be_written(tmp_path: Path) -> None:
+    cache = ReadCache(tmp_path, 1 << 20)
+    with cache._writing:  # reason: hold the writer so the bodies stay pending
+        cache.put_many_later("values", [(f"p{i}", b"body %d" % i) for i in range(20)])
+        assert cache.stats.pending == 20
+        got = cache.get_many("values", [f"p{i}" for i in range(25)])
+        assert got == {f"p{i}": b"body %d" % i for i in range(20)}
+    assert cache.flush(timeout=30)
+    assert ReadCache(tmp_path, 1 << 20).get_many("values", ["p3"]) == {"p3": b"body 3"}
+
+
+def test_put_many_later_drops_what_does_not_fit_in_the_pending_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import baml_studio.coordinator.cache as cache_mod
+
+    monkeypatch.setattr(cache_mod, "PENDING_BYTES", 100)
+    cache = ReadCache(tmp_path, 1 << 20)
+    with cache._writing:  # reason: hold the writer so the bound is reached
+        cache.put_many_later("values", [(f"d{i}", b"x" * 40) for i in range(5)])
+        assert cache.stats.pending == 2 and cache.stats.writes_dropped == 3
+    assert cache.flush(timeout=30)
+    assert ReadCache.disabled().get_many("values", ["d0"]) == {}

@@ -56,7 +56,7 @@ import shutil
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,6 +70,9 @@ NAMESPACE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 TEMP_PREFIX = ".tmp."
 PENDING_BYTES = 64 << 20
 """Bodies waiting for the writer thread, at most (and at most ``max_bytes``)."""
+LIST_AT = 4
+"""Keys of one entry directory from which :meth:`ReadCache.get_many` lists it instead of
+trying to open each."""
 STALE_TEMP_S = 3600.0
 """A temp file older than this when the cache opens was left by a crashed writer: removed."""
 
@@ -242,6 +245,42 @@ class ReadCache:
             self._record_locked(name, len(data))
         return body
 
+    def get_many(self, namespace: str, keys: Iterable[str]) -> dict[str, bytes]:
+        """:meth:`get` of each key, by key (absent keys left out). Where several keys share an
+        entry directory, the directory is listed once and only the entries on disk (or waiting
+        to be written) are opened: a cold query's misses cost one listing per directory, not
+        one failed ``open`` each. Entries other processes wrote are listed, so found, as with
+        :meth:`get`. ``ValueError`` only for an invalid namespace."""
+        _valid(namespace)
+        wanted = list(keys)
+        if self._root is None:
+            with self._lock:
+                self._misses += len(wanted)
+            return {}
+        by_dir: dict[str, list[tuple[str, str]]] = {}
+        for key in wanted:
+            name = _relative(namespace, key_digest(namespace, key))
+            by_dir.setdefault(name.rpartition("/")[0], []).append((key, name))
+        found: dict[str, bytes] = {}
+        for directory, items in by_dir.items():
+            present: set[str] | None = None
+            if len(items) >= LIST_AT:
+                try:
+                    present = set(os.listdir(self._root / directory))
+                except OSError:
+                    present = set()
+            for key, name in items:
+                if present is not None and name.rpartition("/")[2] not in present:
+                    with self._lock:
+                        if name not in self._pending:
+                            self._misses += 1
+                            self._forget_locked(name)
+                            continue
+                body = self.get(namespace, key)
+                if body is not None:
+                    found[key] = body
+        return found
+
     def put(self, namespace: str, key: str, data: bytes) -> None:
         """Store ``data`` under ``(namespace, key)`` (atomically; see the module doc). A body
         larger than ``max_bytes`` is not stored; disk errors are counted, not raised.
@@ -254,19 +293,29 @@ class ReadCache:
     def put_later(self, namespace: str, key: str, data: bytes) -> None:
         """:meth:`put` on the writer thread (see the module doc): returns at once; the body is
         served from memory until it is written. ``ValueError`` only for an invalid namespace."""
-        digest = key_digest(_valid(namespace), key)
-        if self._root is None or HEADER_BYTES + len(data) > self._max_bytes:
+        self.put_many_later(namespace, [(key, data)])
+
+    def put_many_later(self, namespace: str, items: Iterable[tuple[str, bytes]]) -> None:
+        """:meth:`put_later` of each ``(key, body)``, taking the lock once."""
+        _valid(namespace)
+        if self._root is None:
             return
-        name = _relative(namespace, digest)
+        entries = [
+            (_relative(namespace, digest), digest, data)
+            for key, data in items
+            if HEADER_BYTES + len(data) <= self._max_bytes
+            for digest in (key_digest(namespace, key),)
+        ]
         with self._lock:
-            if name in self._pending:
-                return
-            if self._pending_bytes + len(data) > min(PENDING_BYTES, self._max_bytes):
-                self._dropped += 1
-                return
-            self._pending[name] = (digest, data)
-            self._pending_bytes += len(data)
-            if self._writer is None:
+            for name, digest, data in entries:
+                if name in self._pending:
+                    continue
+                if self._pending_bytes + len(data) > min(PENDING_BYTES, self._max_bytes):
+                    self._dropped += 1
+                    continue
+                self._pending[name] = (digest, data)
+                self._pending_bytes += len(data)
+            if self._pending and self._writer is None:
                 self._writer = threading.Thread(
                     target=self._drain, name="read-cache-writer", daemon=True
                 )

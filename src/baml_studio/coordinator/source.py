@@ -426,9 +426,17 @@ class CoordinatorSource:
     def _fetch_values(self, cids: Iterable[bytes]) -> dict[bytes, bytes]:
         wanted = list(cids)
         found: dict[bytes, bytes] = {}
-        missing = []
+        outside = []
         for cid in wanted:
-            hit = self._shared.values.get(cid) or self._cache.get("values", cid.hex())
+            hit = self._shared.values.get(cid)
+            if hit is None:
+                outside.append(cid)
+            else:
+                found[cid] = hit
+        on_disk = self._cache.get_many("values", [cid.hex() for cid in outside])
+        missing = []
+        for cid in outside:
+            hit = on_disk.get(cid.hex())
             if hit is None:
                 missing.append(cid)
             else:
@@ -446,6 +454,7 @@ class CoordinatorSource:
                 for i in range(0, len(wires), ID_CHUNK)
             ]
             columns = ["cid", "codec", "body"]
+            fills: list[tuple[str, bytes]] = []
             for table in self._scans(dataset, columns, filters, counted=False):
                 for wire, codec, body in zip(
                     table["cid"].to_pylist(),
@@ -460,8 +469,9 @@ class CoordinatorSource:
                     else:
                         found[cid] = body
                         self._count_private(len(body))
-                        self._cache.put_later("values", cid.hex(), body)
+                        fills.append((cid.hex(), body))
                         self._shared.values.put(cid, body)
+            self._cache.put_many_later("values", fills)
         with self._lock:
             self._values.update(found)
         return found
