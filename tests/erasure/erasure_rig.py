@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "coordinator"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "projector"))
 
 from coordinator_rig import CoordinatorRig, coordinator_over
-from projector_fixtures import SCOPE, _once, copy_store
+from projector_fixtures import SCOPE, _once, copy_store, whole_workload
 
 from baml_studio.catalog import LocalStoreSource
 from baml_studio.control.facts.ddl import LEDGER_TABLE, qualified
@@ -53,7 +53,6 @@ from baml_studio.publisher.pack import decode_pack
 from baml_studio.query import QueryBudgets, QueryEngine
 from baml_studio.store import StoreReader
 from baml_studio.store.layout import StoreLayout, parse_cas_file_name
-from baml_studio.workload import run_workload
 
 PREFIX = evidence_prefix(SCOPE)
 LARGE = 32 * 1024
@@ -67,7 +66,7 @@ def other_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _once(
         "erasure-other",
         tmp_path_factory,
-        lambda root: run_workload(root, 24, processes=2, seed=11),
+        lambda root: whole_workload(root, 24, 2, 11),
     )
 
 

@@ -35,6 +35,7 @@ from baml_studio.catalog.schema import BY_NAME, FUNCTION_DEFINITIONS
 from baml_studio.catalog.split import join_split, private_schema
 from baml_studio.control.schemas import PUBLIC_RELATIONS, registered_schema
 from baml_studio.format.cas import CODEC_FUNCTION_TABLE
+from baml_studio.format.records import EngineStarted
 from baml_studio.gateway.config import Scope
 from baml_studio.gateway.keys import cas_key, segment_key
 from baml_studio.gateway.service import Dataplane, load_dataplane_config, open_dataplane
@@ -51,7 +52,7 @@ from baml_studio.projector.project import Projection, project_execution
 from baml_studio.publisher.pack import compress
 from baml_studio.store import Plane, StoreLayout, StoreReader
 from baml_studio.store.layout import parse_cas_file_name
-from baml_studio.workload import run_workload
+from baml_studio.workload.runner import execute_workload
 
 SCOPE = Scope("tn_proj", "prj_proj", "env_proj")
 META_SUFFIX = ".bamlmeta.zst"
@@ -291,13 +292,52 @@ def _once(name: str, factory: pytest.TempPathFactory, build: Any) -> Path:
     return _STORES[name]
 
 
+LOSS_COUNTERS = (
+    "internal_errors", "roots_dropped", "events_dropped", "meta_batch_lost", "root_ended_lost",
+    "function_table_publish_failed", "data_segments_lost", "cas_lost",
+)  # fmt: skip
+"""Profiler counters that must stay 0 while a fixture's workload builds its store."""
+
+
+def whole_workload(root: Path, executions: int, processes: int, seed: int) -> None:
+    """Run the seeded workload into ``root`` and check the store is whole: no profiler counted
+    a loss, and every stream announces its engine with a function table the store holds. A
+    fixture store that lost something would fail later tests far from the cause; this says
+    which process lost what (counters and each stream's engines)."""
+    run = execute_workload(root, executions, processes, seed)
+    losses = {
+        (p.index, p.pid, name): p.stats.get(name, 0)
+        for p in run.processes
+        for name in LOSS_COUNTERS
+        if p.stats.get(name, 0)
+    }
+    reader = StoreReader(root)
+    cas = {parse_cas_file_name(p.name) for p in StoreLayout(root).cas_dir.glob("*/*.bamlvalue")}
+    engines: dict[str, list[tuple[int, int, str | None]]] = {}
+    for euid in reader.list_streams():
+        found = engines.setdefault(euid.hex(), [])
+        for seq in reader.meta_sequences(euid):
+            for record in reader.read_meta(euid, seq).records:
+                if isinstance(record, EngineStarted):
+                    cid = record.function_table_cid
+                    found.append((seq, record.engine_id, None if cid is None else cid.hex()))
+    unannounced = {
+        euid: found
+        for euid, found in engines.items()
+        if not found or any(c is None or bytes.fromhex(c) not in cas for _, _, c in found)
+    }
+    assert not losses and not unannounced, (
+        f"the workload store at {root} is not whole: losses {losses}; streams without an "
+        f"engine and its table (meta seq, engine, table CID) {unannounced}; all engines "
+        f"{engines}; stats per process {[(p.index, dict(p.stats)) for p in run.processes]}"
+    )
+
+
 @pytest.fixture(scope="session")
 def workload_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """30 executions of the seeded workload in 2 processes (spawns, errors, large values).
     Do not modify: damage a copy."""
-    return _once(
-        "workload", tmp_path_factory, lambda root: run_workload(root, 30, processes=2, seed=11)
-    )
+    return _once("workload", tmp_path_factory, lambda root: whole_workload(root, 30, 2, 11))
 
 
 REGISTRY = FunctionRegistry()
