@@ -9,11 +9,13 @@ import pyarrow as pa
 import pytest
 import sqlglot
 from facts_testkit import RELATIONS, SCOPE_A, SCOPE_B, key, open_store, sample_rows
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sqlglot import exp
 
 from baml_studio.catalog.schema import RELATIONS as ALL_RELATIONS
 from baml_studio.catalog.split import private_schema, public_schema
-from baml_studio.control.facts import FactStore, relation_select_sql, schema_sql
+from baml_studio.control.facts import FactStore, ddl, relation_select_sql, schema_sql
 from baml_studio.control.facts.ddl import (
     INTERNAL_COLUMNS,
     LOW_CARDINALITY,
@@ -273,3 +275,42 @@ def test_low_cardinality_columns_read_back_as_plain_strings(store: FactStore) ->
     assert sorted(got.column("fqn").to_pylist(), key=str) == sorted(
         rows.column("fqn").to_pylist(), key=str
     )
+
+
+# --- literals written without sqlglot expressions, byte-identical to sqlglot's ---------------
+
+_TEXT = st.text(
+    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40
+) | st.sampled_from(["", "'", "\\", "\\'", "a'b\\c", "\x00\x1f\x7f\n\r\t", "é漢\U0001f600"])
+
+
+def _sqlglot_literal(value: str) -> str:
+    return exp.Literal.string(value).sql(dialect="clickhouse")
+
+
+@settings(max_examples=400, deadline=None)
+@given(_TEXT)
+def test_string_sql_writes_what_sqlglot_writes(value: str) -> None:
+    assert ddl.string_sql(value) == _sqlglot_literal(value)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.sampled_from(["tenant_id", "batch_id", "a b", 'q"uote', "x`y"]), min_size=1,
+             max_size=5, unique=True),
+    st.data(),
+)  # fmt: skip
+def test_in_lists_write_what_sqlglot_writes(columns: list[str], data: st.DataObject) -> None:
+    rows = data.draw(st.lists(st.lists(_TEXT, min_size=len(columns), max_size=len(columns))))
+    target = exp.Tuple(expressions=[exp.column(c, quoted=True) for c in columns])
+    values = [exp.Tuple(expressions=[exp.Literal.string(v) for v in row]) for row in rows]
+    assert ddl.tuple_in_sql(columns, rows) == target.isin(*values).sql(dialect="clickhouse")
+    flat = [v for row in rows for v in row]
+    column = exp.column(columns[0], quoted=True)
+    assert ddl.in_list_sql(columns[0], flat) == column.isin(
+        *(exp.Literal.string(v) for v in flat)
+    ).sql(dialect="clickhouse")
+    if flat:
+        assert ddl.eq_sql(columns[0], flat[0]) == column.eq(exp.Literal.string(flat[0])).sql(
+            dialect="clickhouse"
+        )

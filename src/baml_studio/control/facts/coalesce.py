@@ -104,9 +104,14 @@ class Coalescer:
                     )
                     thread.start()
                     self._threads.append(thread)
+            was_empty = not self._queue
             self._queue.append(item)
             self._queued_rows += item.rows.num_rows
-            self._cond.notify_all()
+            # wake the flushers only when one may act: the queue stopped being empty (one
+            # waits for work) or a group is full (one lingers for it); a wake-up per batch
+            # cost a Condition round trip under the GIL for each of thousands of batches
+            if was_empty or self._queued_rows >= self.max_rows:
+                self._cond.notify_all()
 
     def _run(self) -> None:
         while True:
