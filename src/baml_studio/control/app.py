@@ -119,13 +119,8 @@ def create_app(control: ControlPlane, *, on_started: Callable[[], None] | None =
         try:
             _request_id(headers, BadRequest)
             body = await read_body(request, batch_limit)
-            answer = await anyio.to_thread.run_sync(
-                control.put_batch,
-                headers,
-                batch_id,
-                body,
-                limiter=_limiter("batch", BATCH_THREADS),
-            )
+            async with _limiter("batch", BATCH_THREADS):
+                answer = await control.put_batch_async(headers, batch_id, body)
         except ApiError as exc:
             return _REFUSALS.refused("projection_batch", exc, request_id)
         return _respond(answer)

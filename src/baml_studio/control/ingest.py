@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -117,6 +118,18 @@ def parse_headers(headers: Mapping[str, str], batch_id: str) -> BatchRequest:
     )
 
 
+_LOCAL = threading.local()
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    """This thread's decompressor (one per thread: a decompressor is not shared between
+    threads; making one per batch cost more than reading most batches)."""
+    found: zstandard.ZstdDecompressor | None = getattr(_LOCAL, "zstd", None)
+    if found is None:
+        found = _LOCAL.zstd = zstandard.ZstdDecompressor()
+    return found
+
+
 def decompress(body: bytes, limits: BatchLimits) -> bytes:
     if len(body) > limits.max_body_bytes:
         raise PayloadTooLarge(
@@ -124,7 +137,7 @@ def decompress(body: bytes, limits: BatchLimits) -> bytes:
             code="batch_too_large",
         )
     try:
-        reader = zstandard.ZstdDecompressor().stream_reader(body)
+        reader = _decompressor().stream_reader(body)
         raw = reader.read(limits.max_uncompressed_bytes + 1)
     except zstandard.ZstdError as exc:
         raise BadRequest(f"the body is not a zstd frame: {exc}", code="invalid_body") from exc

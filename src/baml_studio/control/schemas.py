@@ -47,8 +47,10 @@ def relation(name: str) -> Relation:
 
 
 @cache
+@cache
 def registered_schema(name: str) -> pa.Schema:
-    """The exact Arrow schema a batch of relation ``name`` must carry (no field metadata)."""
+    """The exact Arrow schema a batch of relation ``name`` must carry (no field metadata).
+    Cached (schemas are immutable): both sides of every batch ask for it."""
     fields = [pa.field(f.name, f.type, nullable=f.nullable) for f in public_schema(relation(name))]
     return pa.schema(fields)
 

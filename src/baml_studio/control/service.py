@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
+import anyio
 import pyarrow as pa
 from pydantic import ValidationError
 
@@ -33,7 +34,13 @@ from baml_studio.apierrors import (
 )
 from baml_studio.control import snapshots
 from baml_studio.control.config import ControlConfig
-from baml_studio.control.facts import BatchKey, FactStore, FactStoreConfig, relation_select_sql
+from baml_studio.control.facts import (
+    BatchKey,
+    BatchResult,
+    FactStore,
+    FactStoreConfig,
+    relation_select_sql,
+)
 from baml_studio.control.identity import (
     ControlKeys,
     TokenVerifier,
@@ -115,6 +122,14 @@ class TtlCache:
         value = load()
         self.put(key, value)
         return value
+
+    def peek(self, key: Any) -> Any | None:
+        """The remembered answer for ``key`` if it is still fresh, else None (nothing loaded)."""
+        if self.ttl_s <= 0:
+            return None
+        with self._lock:
+            found = self._entries.get(key)
+        return found[1] if found is not None and found[0] > self._clock() else None
 
     def put(self, key: Any, value: Any) -> None:
         if self.ttl_s <= 0:
@@ -264,6 +279,58 @@ class ControlPlane:
             accepted = self.accept_batch(headers, batch_id, body)
         return self.write_batch(accepted)
 
+    async def put_batch_async(
+        self, headers: Mapping[str, str], batch_id: str, body: bytes
+    ) -> Answer:
+        """:meth:`put_batch` on an event loop (the HTTP route): the checks run on the loop when
+        the token's and scope's answers are cached (no metastore read), else on a worker thread
+        as in :meth:`put_batch`; the write awaits the batch's group
+        (:meth:`FactStore.put_batch_async`). Same outcomes."""
+        accepted = self.accept_batch_cached(headers, batch_id, body)
+        if accepted is None:
+            accepted = await anyio.to_thread.run_sync(self._accept_checked, headers, batch_id, body)
+        key = accepted.key
+        result = await self.facts.put_batch_async(key, accepted.table, accepted.content_digest)
+        return self._batch_answer(accepted, result)
+
+    def _accept_checked(
+        self, headers: Mapping[str, str], batch_id: str, body: bytes
+    ) -> AcceptedBatch:
+        with self._checking:
+            return self.accept_batch(headers, batch_id, body)
+
+    def accept_batch_cached(
+        self, headers: Mapping[str, str], batch_id: str, body: bytes
+    ) -> AcceptedBatch | None:
+        """:meth:`accept_batch` when the token's and the scope's checks are both remembered
+        (so it reads no metastore); None when either is not (the caller runs
+        :meth:`accept_batch`). The same refusals, in the same order."""
+        token = bearer_token(headers)
+        identity = self._batch_checks.peek(("token", token))
+        if identity is None or identity.expires_at <= self.clock():
+            return None
+        request = parse_batch(headers, batch_id, body, self.config.batch_limits)
+        scope = self._batch_checks.peek(
+            (
+                "scope",
+                identity.deployment,
+                identity.tenant,
+                request.project_id,
+                request.environment_id,
+            )
+        )
+        if scope is None:
+            return None
+        key = BatchKey(
+            scope,
+            request.generation,
+            batch_id,
+            request.root_id,
+            request.relation,
+            request.partition,
+        )
+        return AcceptedBatch(key, request.table, request.content_digest)
+
     def accept_batch(self, headers: Mapping[str, str], batch_id: str, body: bytes) -> AcceptedBatch:
         """Every check of a batch that needs no fact store: the token, the body (digest,
         schema, rows) and the scope (the generation is checked when the batch's group is
@@ -309,8 +376,11 @@ class ControlPlane:
     def write_batch(self, accepted: AcceptedBatch) -> Answer:
         """Make an accepted batch visible (or find it visible): mostly waiting for the fact
         store's coalesced group, so the route gives it many threads."""
+        result = self.facts.put_batch(accepted.key, accepted.table, accepted.content_digest)
+        return self._batch_answer(accepted, result)
+
+    def _batch_answer(self, accepted: AcceptedBatch, result: BatchResult) -> Answer:
         key = accepted.key
-        result = self.facts.put_batch(key, accepted.table, accepted.content_digest)
         log.info(
             "projection batch batch_id=%s root_id=%s relation=%s generation=%s state=%s rows=%d",
             key.batch_id,

@@ -18,6 +18,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import pyarrow as pa
 
@@ -39,10 +40,33 @@ class Pending:
     visible: LedgerEntry | None = None
     error: BaseException | None = None
     group_failed: bool = False
+    waker: Waker | None = None
+    settle: Callable[[], None] | None = None
+    """What the ``waker``'s caller runs for this item once told (the awaiting side's own)."""
+    """Told (with the other decided items of its group that share it) once this item is
+    decided, besides ``done``: an event loop's callers await instead of parking a thread."""
 
     @property
     def decided(self) -> bool:
         return self.result is not None or self.error is not None
+
+    def outcome(self) -> BatchResult:
+        """The decided result; raises the item's own error, or :class:`GroupWriteFailed` if
+        its group's writes failed."""
+        if self.group_failed:
+            raise GroupWriteFailed(
+                f"writing {self.key.relation} batch {self.key.batch_id} failed: {self.error}"
+            ) from self.error
+        if self.error is not None:
+            raise self.error
+        if self.result is None:
+            raise RuntimeError(f"batch {self.key.batch_id} was left undecided by its group")
+        return self.result
+
+
+class Waker(Protocol):
+    def wake(self, items: Sequence[Pending]) -> None:
+        """``items`` (of one group) are decided; called on the flusher's thread."""
 
 
 WriteGroup = Callable[[Sequence[Pending]], None]
@@ -81,19 +105,13 @@ class Coalescer:
     def submit(self, item: Pending) -> BatchResult:
         """Queue ``item``, wait until it is decided, and return its result; re-raise its own
         error, or :class:`GroupWriteFailed` if its group's writes failed."""
-        self._put(item)
+        self.enqueue(item)
         item.done.wait()
-        if item.group_failed:
-            raise GroupWriteFailed(
-                f"writing {item.key.relation} batch {item.key.batch_id} failed: {item.error}"
-            ) from item.error
-        if item.error is not None:
-            raise item.error
-        if item.result is None:
-            raise RuntimeError(f"batch {item.key.batch_id} was left undecided by its group")
-        return item.result
+        return item.outcome()
 
-    def _put(self, item: Pending) -> None:
+    def enqueue(self, item: Pending) -> None:
+        """Queue ``item`` without waiting: ``item.done`` is set (and its ``waker`` told) once
+        it is decided. Raises :class:`CoalescerClosed`."""
         with self._cond:
             if self._closed:
                 raise CoalescerClosed(f"the fact store is closed; {item.key.batch_id} not written")
@@ -127,8 +145,13 @@ class Coalescer:
                     if not item.decided:
                         item.error, item.group_failed = exc, True
             finally:
+                wakers: dict[int, tuple[Waker, list[Pending]]] = {}
                 for item in group:
                     item.done.set()
+                    if item.waker is not None:
+                        wakers.setdefault(id(item.waker), (item.waker, []))[1].append(item)
+                for waker, items in wakers.values():
+                    waker.wake(items)
 
     def _next_group(self) -> list[Pending] | None:
         with self._cond:

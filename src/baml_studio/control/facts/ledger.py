@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -94,6 +94,24 @@ class KeyLocks:
                 if users[0] == 0:
                     del self._held[key]
 
+    def try_hold(self, key: Hashable) -> Callable[[], None] | None:
+        """:meth:`hold` without waiting: the release (call it once, from any thread), or None
+        if another holder has ``key``."""
+        with self._lock:
+            lock, users = self._held.setdefault(key, (threading.Lock(), [0]))
+            if not lock.acquire(blocking=False):
+                return None  # held, so the entry has a user and stays
+            users[0] += 1
+
+        def release() -> None:
+            lock.release()
+            with self._lock:
+                users[0] -= 1
+                if users[0] == 0:
+                    del self._held[key]
+
+        return release
+
     def __len__(self) -> int:
         return len(self._held)
 
@@ -111,6 +129,14 @@ class _SharedExclusive:
         with self._cond:
             self._cond.wait_for(lambda: not self._writer and self._writers_waiting == 0)
             self._readers += 1
+
+    def try_acquire_shared(self) -> bool:
+        """:meth:`acquire_shared` if it would not wait."""
+        with self._cond:
+            if self._writer or self._writers_waiting:
+                return False
+            self._readers += 1
+            return True
 
     def release_shared(self) -> None:
         with self._cond:
@@ -146,6 +172,27 @@ class ScopeGate:
                 yield
             finally:
                 gate.release_shared()
+
+    def try_shared(self, scope: Scope, generation: str) -> Callable[[], None] | None:
+        """:meth:`shared` without waiting: the release (call it once, from any thread), or None
+        if an erasure holds or waits for the gate."""
+        key = (scope, generation)
+        with self._lock:
+            gate, users = self._gates.setdefault(key, (_SharedExclusive(), [0]))
+            if not gate.try_acquire_shared():
+                if users[0] == 0:
+                    del self._gates[key]
+                return None
+            users[0] += 1
+
+        def release() -> None:
+            gate.release_shared()
+            with self._lock:
+                users[0] -= 1
+                if users[0] == 0:
+                    del self._gates[key]
+
+        return release
 
     @contextmanager
     def exclusive(self, scope: Scope, generation: str) -> Iterator[None]:

@@ -12,12 +12,16 @@ errors leave.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import copy
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
+import anyio
 import pyarrow as pa
 
 from baml_studio.apierrors import ApiError
@@ -90,6 +94,9 @@ class FactStore:
         self._cache = LedgerCache(config.ledger_cache_entries)
         self._key_locks = KeyLocks()
         self._gate = ScopeGate()
+        self._wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWaker] = (
+            weakref.WeakKeyDictionary()
+        )
         self._inserts = ThreadPoolExecutor(len(PUBLIC_RELATIONS), thread_name_prefix="facts-insert")
         self._admit: Admission | None = None
         self._coalescer = Coalescer(
@@ -158,6 +165,58 @@ class FactStore:
             finally:
                 if item.visible is not None:
                     self._cache.put(key.ledger_key, item.visible)
+
+    async def put_batch_async(
+        self, key: BatchKey, rows: pa.Table, content_digest: str
+    ) -> BatchResult:
+        """:meth:`put_batch` for an event loop: the batch waits for its group as a future on
+        the loop instead of parking a thread (one loop wake-up per group, not two thread
+        hand-offs per batch). Same outcomes. When it would have to wait for a lock (an erasure
+        holds the scope's gate, or another put holds the batch id) or its id is already in the
+        cache (the answer needs the active generation, a metastore read), it runs
+        :meth:`put_batch` on a worker thread instead. The locks are held until the batch is
+        decided, whether or not the caller still awaits it."""
+        check_batch(key, rows, content_digest)
+        release_gate = self._gate.try_shared(key.scope, key.generation)
+        release_key = None if release_gate is None else self._key_locks.try_hold(key.ledger_key)
+        if release_gate is None or release_key is None or self._cache.get(key.ledger_key):
+            if release_key is not None:
+                release_key()
+            if release_gate is not None:
+                release_gate()
+            return await anyio.to_thread.run_sync(self.put_batch, key, rows, content_digest)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        item = Pending(key, rows, content_digest, waker=self._waker(loop))
+
+        def settle() -> None:  # on the loop, once the item is decided
+            try:
+                if item.visible is not None:
+                    self._cache.put(key.ledger_key, item.visible)
+            finally:
+                release_key()
+                release_gate()
+                if not future.done():
+                    future.set_result(None)
+
+        item.settle = settle
+        try:
+            self._coalescer.enqueue(item)
+        except CoalescerClosed as exc:
+            release_key()
+            release_gate()
+            raise FactStoreUnavailable(str(exc), details={"batch_id": key.batch_id}) from exc
+        await asyncio.shield(future)
+        try:
+            return item.outcome()
+        except GroupWriteFailed as exc:
+            raise FactStoreUnavailable(str(exc), details={"batch_id": key.batch_id}) from exc
+
+    def _waker(self, loop: asyncio.AbstractEventLoop) -> _LoopWaker:
+        waker = self._wakers.get(loop)
+        if waker is None:
+            waker = self._wakers[loop] = _LoopWaker(loop)
+        return waker
 
     def _visible(self, key: BatchKey, entry: LedgerEntry, content_digest: str) -> BatchResult:
         """The answer to a put of ``key`` when ``entry`` is visible under its id."""
@@ -318,3 +377,24 @@ class FactStore:
         key = (scope, generation, batch_id)
         entry = self._cache.get(key) or self._tables.read_ledger(scope, generation, batch_id)
         return None if entry is None else (entry.content_digest, entry.row_count)
+
+
+class _LoopWaker:
+    """Tells an event loop that items of a group are decided: one ``call_soon_threadsafe``
+    per group, which settles each item's future on the loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = weakref.ref(loop)  # the store's map of wakers is weak on the loop
+
+    def wake(self, items: Sequence[Pending]) -> None:
+        loop = self._loop()
+        if loop is None:
+            return  # the loop is gone: nobody awaits these any more
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody awaits these any more
+            loop.call_soon_threadsafe(_settle_all, list(items))
+
+
+def _settle_all(items: Sequence[Pending]) -> None:
+    for item in items:
+        if item.settle is not None:
+            item.settle()
