@@ -10,9 +10,17 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from facts_testkit import SCOPE_A, SCOPE_B, key, sample_rows
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from baml_studio.control.facts import BatchResult, InvalidBatch
-from baml_studio.control.facts.batch import LEDGER_SCHEMA, check_batch, fact_rows, ledger_rows
+from baml_studio.control.facts.batch import (
+    LEDGER_SCHEMA,
+    check_batch,
+    fact_rows,
+    fact_rows_many,
+    ledger_rows,
+)
 from baml_studio.control.facts.coalesce import (
     Coalescer,
     CoalescerClosed,
@@ -240,6 +248,26 @@ def test_fact_rows_add_internal_columns() -> None:
         "_row": 2,
     }
     assert table.schema.field("_row").type == pa.uint32()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=7), min_size=1, max_size=6), st.data())
+def test_fact_rows_of_a_group_equal_each_batch_s_concatenated(
+    counts: list[int], data: st.DataObject
+) -> None:
+    relation = data.draw(st.sampled_from(["calls_v1", "errors_v1", "health_v1"]))
+    batches = [
+        (
+            key(relation, f"root_{i % 3}", partition=i, generation=f"gen_{i % 2}",
+                scope=SCOPE_A if i % 2 else SCOPE_B),
+            sample_rows(relation, n, seed=f"s{i}"),
+        )
+        for i, n in enumerate(counts)
+    ]  # fmt: skip
+    many = fact_rows_many(batches)
+    one_by_one = pa.concat_tables([fact_rows(k, rows) for k, rows in batches])
+    assert many.schema.equals(one_by_one.schema, check_metadata=True)
+    assert many.equals(one_by_one)
 
 
 def test_ledger_rows() -> None:

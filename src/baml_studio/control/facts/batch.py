@@ -15,10 +15,10 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 
-from baml_studio.catalog.split import public_schema
 from baml_studio.control.facts.ddl import public_relation
 from baml_studio.control.facts.errors import InvalidBatch
 from baml_studio.control.facts.ledger import LedgerEntry, LedgerKey
+from baml_studio.control.schemas import registered_schema
 from baml_studio.gateway.config import Scope
 
 MAX_BATCH_ROWS = (1 << 32) - 1
@@ -123,7 +123,7 @@ def check_batch(key: BatchKey, rows: pa.Table, content_digest: str) -> None:
         raise InvalidBatch(f"partition {key.partition} is outside 0..4294967295")
     if rows.num_rows > MAX_BATCH_ROWS:
         raise InvalidBatch(f"batch has {rows.num_rows} rows; at most {MAX_BATCH_ROWS} fit")
-    expected = public_schema(relation)
+    expected = registered_schema(relation.name)  # the public schema, cached by name
     if not rows.schema.equals(expected, check_metadata=False):
         raise InvalidBatch(
             f"rows do not have the public schema of {relation.name}: "
@@ -159,6 +159,34 @@ def fact_rows(key: BatchKey, rows: pa.Table) -> pa.Table:
         )
     position = pa.array(np.arange(n, dtype=np.uint32), pa.uint32())
     return table.append_column(pa.field("_row", pa.uint32(), nullable=False), position)
+
+
+def fact_rows_many(batches: Sequence[tuple[BatchKey, pa.Table]]) -> pa.Table:
+    """:func:`fact_rows` of each batch, concatenated (the batches of one relation), built once
+    for the group: the per-batch constants are dictionary positions repeated by row count, not
+    six appended columns per batch (that cost ~5 % of the control plane's CPU)."""
+    if not batches:
+        raise ValueError("fact_rows_many needs at least one batch")
+    counts = np.array([rows.num_rows for _, rows in batches], dtype=np.int64)
+    table = pa.concat_tables([rows.replace_schema_metadata(None) for _, rows in batches])
+    positions = np.repeat(np.arange(len(batches), dtype=np.int32), counts)
+    constants = {
+        "tenant_id": [k.scope.tenant for k, _ in batches],
+        "project_id": [k.scope.project for k, _ in batches],
+        "environment_id": [k.scope.environment for k, _ in batches],
+        "generation": [k.generation for k, _ in batches],
+        "_root_id": [k.root_id for k, _ in batches],
+        "_batch_id": [k.batch_id for k, _ in batches],
+    }
+    indices = pa.array(positions, pa.int32())
+    for name, values in constants.items():
+        column = pa.DictionaryArray.from_arrays(indices, pa.array(values, pa.string()))
+        table = table.append_column(
+            pa.field(name, pa.string(), nullable=False), column.dictionary_decode()
+        )
+    starts = np.repeat(np.cumsum(counts) - counts, counts)
+    row = (np.arange(int(counts.sum()), dtype=np.int64) - starts).astype(np.uint32)
+    return table.append_column(pa.field("_row", pa.uint32(), nullable=False), pa.array(row))
 
 
 def ledger_rows(

@@ -31,7 +31,7 @@ from baml_studio.control.facts.batch import (
     BatchResult,
     FactStoreStats,
     check_batch,
-    fact_rows,
+    fact_rows_many,
 )
 from baml_studio.control.facts.budget import budget_settings, parse_settings, settings_clause
 from baml_studio.control.facts.coalesce import (
@@ -265,7 +265,7 @@ class FactStore:
                 [(item.key, item.content_digest, item.rows.num_rows) for item in fresh]
             )
         inserts = [
-            (relation, pa.concat_tables([fact_rows(item.key, item.rows) for item in items]))
+            (relation, fact_rows_many([(item.key, item.rows) for item in items]))
             for relation, items in sorted(new.items())
         ]
         # the relations' inserts at once: ClickHouse works on them without holding the GIL
