@@ -255,3 +255,42 @@ def test_batch_checks_cache_nothing_when_disabled_and_never_a_refusal() -> None:
     on.get("a", load)
     on.get("b", load)  # over capacity: the expired and then every entry go
     assert on.get("b", load) == 6
+
+
+def test_checks_run_on_the_loop_only_when_cached_and_small(rig: Rig) -> None:
+    from control_rig import zstd
+
+    from baml_studio.control.service import INLINE_CHECK_BYTES
+
+    table = batch("calls_v1", "exec_inline", rows=2)
+    raw = ipc_bytes(table)
+    gen = rig.control.metastore.active_generation(SCOPE_A)
+    headers = {
+        name.lower(): value
+        for name, value in rig.headers(
+            rig.token_a,
+            **{
+                "Content-Encoding": "zstd",
+                "Content-Type": "application/vnd.apache.arrow.stream",
+                "X-Baml-Root-Id": "exec_inline",
+                "X-Baml-Project-Id": SCOPE_A.project,
+                "X-Baml-Environment-Id": SCOPE_A.environment,
+                "X-Baml-Relation": "calls_v1",
+                "X-Baml-Partition": "0",
+                "X-Baml-Projection-Generation": gen,
+                "X-Baml-Content-Digest": sha256(raw),
+            },
+        ).items()
+    }
+    bid = "exec_inline.calls_v1.0"
+    # nothing remembered yet: the route checks on a worker thread (metastore reads)
+    assert rig.control.accept_batch_cached(headers, bid, zstd(raw)) is None
+    first = rig.put(rig.token_a, SCOPE_A, "calls_v1", "exec_inline", table)
+    assert first.status_code == 201, first.text
+    accepted = rig.control.accept_batch_cached(headers, bid, zstd(raw))
+    assert accepted is not None and accepted.key.batch_id == bid
+    assert accepted.key.scope == SCOPE_A and accepted.table.equals(table)
+    # a body too large to decode on the loop, or another token: the worker-thread path
+    assert rig.control.accept_batch_cached(headers, bid, b"\0" * (INLINE_CHECK_BYTES + 1)) is None
+    other = {**headers, "authorization": f"Bearer {rig.token_b}"}
+    assert rig.control.accept_batch_cached(other, bid, zstd(raw)) is None

@@ -47,7 +47,6 @@ def relation(name: str) -> Relation:
 
 
 @cache
-@cache
 def registered_schema(name: str) -> pa.Schema:
     """The exact Arrow schema a batch of relation ``name`` must carry (no field metadata).
     Cached (schemas are immutable): both sides of every batch ask for it."""

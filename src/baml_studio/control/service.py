@@ -102,6 +102,11 @@ class Answer:
     headers: Mapping[str, str] | None = None
 
 
+INLINE_CHECK_BYTES = 256 * 1024
+"""Largest compressed batch body checked on the event loop; larger ones (up to the 64 MiB
+limit, 512 MiB decompressed) are checked on a worker thread so the loop keeps serving."""
+
+
 class TtlCache:
     """Answers remembered for ``ttl_s`` seconds (0: never), at most ``capacity`` of them;
     only answers are cached, never refusals (an exception passes through uncached)."""
@@ -275,9 +280,7 @@ class ControlPlane:
         """``PUT /projection-batches/{batch_id}``: :meth:`accept_batch` (at most
         :data:`BATCH_CHECK_THREADS` callers at once), then :meth:`write_batch` (mostly
         waiting for the batch's group: the HTTP route runs hundreds of these at once)."""
-        with self._checking:
-            accepted = self.accept_batch(headers, batch_id, body)
-        return self.write_batch(accepted)
+        return self.write_batch(self._accept_checked(headers, batch_id, body))
 
     async def put_batch_async(
         self, headers: Mapping[str, str], batch_id: str, body: bytes
@@ -303,8 +306,11 @@ class ControlPlane:
         self, headers: Mapping[str, str], batch_id: str, body: bytes
     ) -> AcceptedBatch | None:
         """:meth:`accept_batch` when the token's and the scope's checks are both remembered
-        (so it reads no metastore); None when either is not (the caller runs
-        :meth:`accept_batch`). The same refusals, in the same order."""
+        (so it reads no metastore) and the body is at most :data:`INLINE_CHECK_BYTES` (so
+        decoding it keeps the event loop busy briefly); None otherwise (the caller runs
+        :meth:`accept_batch` on a worker thread). The same refusals, in the same order."""
+        if len(body) > INLINE_CHECK_BYTES:
+            return None
         token = bearer_token(headers)
         identity = self._batch_checks.peek(("token", token))
         if identity is None or identity.expires_at <= self.clock():

@@ -41,10 +41,10 @@ class Pending:
     error: BaseException | None = None
     group_failed: bool = False
     waker: Waker | None = None
-    settle: Callable[[], None] | None = None
-    """What the ``waker``'s caller runs for this item once told (the awaiting side's own)."""
     """Told (with the other decided items of its group that share it) once this item is
     decided, besides ``done``: an event loop's callers await instead of parking a thread."""
+    settle: Callable[[], None] | None = None
+    """What the ``waker``'s caller runs for this item once told (the awaiting side's own)."""
 
     @property
     def decided(self) -> bool:
