@@ -49,7 +49,7 @@ from baml_studio.control.identity import (
     jwks_document,
     revocations_document,
 )
-from baml_studio.control.ingest import parse_batch
+from baml_studio.control.ingest import BatchRequest, parse_batch
 from baml_studio.control.metastore import Metastore, MetastoreError, MetastoreUnavailable
 from baml_studio.control.model import TokenKind
 from baml_studio.control.models import (
@@ -316,26 +316,8 @@ class ControlPlane:
         if identity is None or identity.expires_at <= self.clock():
             return None
         request = parse_batch(headers, batch_id, body, self.config.batch_limits)
-        scope = self._batch_checks.peek(
-            (
-                "scope",
-                identity.deployment,
-                identity.tenant,
-                request.project_id,
-                request.environment_id,
-            )
-        )
-        if scope is None:
-            return None
-        key = BatchKey(
-            scope,
-            request.generation,
-            batch_id,
-            request.root_id,
-            request.relation,
-            request.partition,
-        )
-        return AcceptedBatch(key, request.table, request.content_digest)
+        scope = self._batch_checks.peek(_scope_check(identity, request))
+        return None if scope is None else _accepted(scope, batch_id, request)
 
     def accept_batch(self, headers: Mapping[str, str], batch_id: str, body: bytes) -> AcceptedBatch:
         """Every check of a batch that needs no fact store: the token, the body (digest,
@@ -347,26 +329,12 @@ class ControlPlane:
             identity = self.workload(headers)  # refused as expired
         request = parse_batch(headers, batch_id, body, self.config.batch_limits)
         scope = self._batch_checks.get(
-            (
-                "scope",
-                identity.deployment,
-                identity.tenant,
-                request.project_id,
-                request.environment_id,
-            ),
+            _scope_check(identity, request),
             lambda: self.scope_for(identity, request.project_id, request.environment_id),
         )
         # the generation is checked by the fact store when it writes the batch's group (one
         # metastore read per group) or answers it from its cache: see _admit_generation
-        key = BatchKey(
-            scope,
-            request.generation,
-            batch_id,
-            request.root_id,
-            request.relation,
-            request.partition,
-        )
-        return AcceptedBatch(key, request.table, request.content_digest)
+        return _accepted(scope, batch_id, request)
 
     def _admit_generation(self, scope: Scope, generation: str) -> ApiError | None:
         """A batch may be written only into the scope's active generation (read now)."""
@@ -590,3 +558,26 @@ class ControlPlane:
 
 
 __all__ = ["Answer", "ApiError", "ControlPlane"]
+
+
+def _scope_check(identity: WorkloadIdentity, request: BatchRequest) -> tuple[str, ...]:
+    """The key under which a deployment's reach of a batch's scope is remembered."""
+    return (
+        "scope",
+        identity.deployment,
+        identity.tenant,
+        request.project_id,
+        request.environment_id,
+    )
+
+
+def _accepted(scope: Scope, batch_id: str, request: BatchRequest) -> AcceptedBatch:
+    key = BatchKey(
+        scope,
+        request.generation,
+        batch_id,
+        request.root_id,
+        request.relation,
+        request.partition,
+    )
+    return AcceptedBatch(key, request.table, request.content_digest)
