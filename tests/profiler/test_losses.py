@@ -218,3 +218,40 @@ def test_an_unopenable_store_makes_every_record_a_counted_loss(tmp_path: Path) -
     prof.close()
     assert prof.stats.cas_lost > 0 and prof.stats.internal_errors == 0
     assert blocker.read_text().startswith("a file")
+
+
+class FlakyCasDirSync(OsFileSystem):
+    """``fsync`` of a CAS fan-out directory fails once with EIO: the first single CAS
+    publication (an engine's function table) is left indeterminate after its rename."""
+
+    def __init__(self, cas_dir: Path) -> None:
+        self.cas_dir = cas_dir
+        self.failures = 0
+
+    def fsync_dir(self, path: Path) -> None:
+        if path.parent == self.cas_dir and not self.failures:
+            self.failures += 1
+            raise OSError(errno.EIO, "Input/output error")
+        super().fsync_dir(path)
+
+
+def test_a_transient_failure_of_the_function_table_is_retried_not_announced_away(
+    store_root: Path,
+) -> None:
+    from baml_studio.store import StoreLayout
+
+    fs = FlakyCasDirSync(StoreLayout(store_root).cas_dir)
+    config = ProfilerConfig(store_root=store_root, publish_interval_s=None)
+    prof = Profiler(config, fs=fs).activate()
+    assert [root(2) for _ in range(3)] == [2, 2, 2]
+    prof.close()
+    assert fs.failures == 1
+    assert prof.stats.function_table_publish_retried == 1
+    assert prof.stats.function_table_publish_failed == 0
+    scan = StoreReader(store_root).scan()
+    assert scan.corruptions == ()
+    engines = {report.engine for report in scan.executions}
+    assert engines and all(e is not None and e.function_table_cid for e in engines)
+    for engine in engines:
+        assert engine is not None and engine.function_table_cid is not None
+        StoreReader(store_root).read_cas(engine.function_table_cid)  # held by the store

@@ -363,15 +363,29 @@ class Consumer:
     def _engine_record(self, engine: EngineState) -> EngineStarted:
         program = self.rec.program(engine)
         cid: bytes | None = program.table_cid
-        if self._gate_closed():
+        if self._gate_closed() or not self._publish_table(program.table_body):
             cid = None
-        else:
-            assert self.store is not None
-            if _cas_loss(self.store.publish_cas(2, program.table_body)) is not None:
-                cid = None
         if cid is None:
             self.rec.stats.function_table_publish_failed += 1
         return EngineStarted(engine.engine_id, program.program_id, cid)
+
+    def _publish_table(self, body: bytes) -> bool:
+        """Publish an engine's function table, retrying a transient failure (an indeterminate
+        publication, resolved first, or an I/O error) up to :data:`TABLE_ATTEMPTS` times: an
+        engine announced without its table loses its functions' definitions for good, while
+        its values and segments get the next cycle."""
+        store = self.store
+        assert store is not None
+        for attempt in range(TABLE_ATTEMPTS):
+            result = store.publish_cas(2, body)
+            if _cas_loss(result) is None:
+                return True
+            if isinstance(result, Conflict) or self._gate_closed() or attempt + 1 == TABLE_ATTEMPTS:
+                return False
+            self.rec.stats.function_table_publish_retried += 1
+            if store.indeterminate is not None:
+                store.resolve_indeterminate()
+        return False
 
     def _publish_meta_pre(self) -> None:
         engines, self.engines = self.engines, []
@@ -534,6 +548,10 @@ class Consumer:
 
 def _counters(values: list[int] | None) -> CctCounters:
     return CctCounters() if values is None else CctCounters(*values)
+
+
+TABLE_ATTEMPTS = 3
+"""Attempts at publishing an engine's function table before it is announced without one."""
 
 
 def _cas_loss(result: object) -> ValueLossReason | None:

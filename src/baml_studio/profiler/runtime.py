@@ -84,6 +84,7 @@ class ProfilerStats:
     meta_batch_lost: int = 0
     root_ended_lost: int = 0
     function_table_publish_failed: int = 0
+    function_table_publish_retried: int = 0
     data_segments_published: int = 0
     meta_segments_published: int = 0
     data_segments_lost: int = 0
