@@ -296,13 +296,21 @@ class Consumer:
         )
 
     def publish(self) -> None:
-        """Publish everything pending, in the order CAS → meta-pre → data → meta-post."""
+        """Publish everything pending, in the order CAS → meta-pre → data → meta-post. An
+        indeterminate publication blocks every later one until resolved, so it is resolved
+        before each step: a transient failure costs its own step, not the rest of the cycle."""
+        self._resolve()
+        cas_losses = self._publish_cas()
+        self._resolve()
+        self._publish_meta_pre()
+        self._resolve()
+        self._publish_data(cas_losses)
+        self._resolve()
+        self._publish_meta_post()
+
+    def _resolve(self) -> None:
         if self.store is not None and self.store.indeterminate is not None:
             self.store.resolve_indeterminate()
-        cas_losses = self._publish_cas()
-        self._publish_meta_pre()
-        self._publish_data(cas_losses)
-        self._publish_meta_post()
 
     def _gate_closed(self) -> bool:
         return self.store is None or self.store.gate != AdmissionGate.OPEN
