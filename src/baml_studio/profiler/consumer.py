@@ -391,8 +391,7 @@ class Consumer:
             if isinstance(result, Conflict) or self._gate_closed() or attempt + 1 == TABLE_ATTEMPTS:
                 return False
             self.rec.stats.function_table_publish_retried += 1
-            if store.indeterminate is not None:
-                store.resolve_indeterminate()
+            self._resolve()
         return False
 
     def _publish_meta_pre(self) -> None:
