@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from baml_studio.catalog.fold_arrow import schema_of
 from baml_studio.catalog.schema import RELATIONS, Relation, Visibility
 
 
@@ -33,25 +34,37 @@ def key_columns(relation: Relation) -> list[str]:
     return [c.name for c in relation.columns if c.key]
 
 
+_HALVES: dict[str, tuple[Relation, pa.Schema, pa.Schema]] = {}
+
+
+def _halves(relation: Relation) -> tuple[Relation, pa.Schema, pa.Schema]:
+    """The public and private schemas, built once per relation (checked by identity)."""
+    found = _HALVES.get(relation.name)
+    if found is None or found[0] is not relation:
+        public = pa.schema([c.field() for c in relation.public_columns()])
+        private = pa.schema(
+            [c.field() for c in relation.columns if c.key or c.visibility is Visibility.PRIVATE]
+        )
+        found = _HALVES[relation.name] = (relation, public, private)
+    return found
+
+
 def public_schema(relation: Relation) -> pa.Schema:
     """The public columns, in relation order (keys are public)."""
-    return pa.schema([c.field() for c in relation.public_columns()])
+    return _halves(relation)[1]
 
 
 def private_schema(relation: Relation) -> pa.Schema:
     """The key columns, then the private columns, in relation order."""
-    return pa.schema(
-        [c.field() for c in relation.columns if c.key or c.visibility is Visibility.PRIVATE]
-    )
+    return _halves(relation)[2]
 
 
 def split_table(relation: Relation, table: pa.Table) -> tuple[pa.Table, pa.Table]:
     """``(public, private)`` halves of a table with ``relation``'s schema (row for row)."""
-    if table.schema != relation.schema():
+    if table.schema != schema_of(relation):
         raise ValueError(f"table does not have the schema of {relation.name}")
-    public = table.select(public_schema(relation).names)
-    private = table.select(private_schema(relation).names)
-    return public, private
+    _, public, private = _halves(relation)
+    return table.select(public.names), table.select(private.names)
 
 
 def join_split(relation: Relation, public: pa.Table, private: pa.Table) -> pa.Table:

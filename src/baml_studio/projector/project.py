@@ -172,6 +172,8 @@ def _partitions(
     root_id: str, relation: str, table: pa.Table, schema: pa.Schema, n: int
 ) -> list[PublicBatch]:
     exact = pa.Table.from_arrays(table.columns, schema=schema)
+    if exact.num_rows <= n:  # one partition: the table itself (one chunk per column)
+        return [PublicBatch(relation, 0, batch_id(root_id, relation, 0), root_id, exact)]
     out = []
     for partition, start in enumerate(range(0, exact.num_rows, n)):
         part = exact.slice(start, n).combine_chunks()
