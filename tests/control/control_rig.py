@@ -58,6 +58,7 @@ class Rig:
         generation: str | None = None,
         batch_id: str | None = None,
         digest: str | None = None,
+        prefix: str = "",
     ) -> Any:
         raw = ipc_bytes(table)
         gen = generation or self._generation(scope)
@@ -76,7 +77,9 @@ class Rig:
             },
         )
         bid = batch_id or f"{root_id}.{relation}.{partition}"
-        return self.client.put(f"/projection-batches/{bid}", content=zstd(raw), headers=headers)
+        return self.client.put(
+            f"{prefix}/projection-batches/{bid}", content=zstd(raw), headers=headers
+        )
 
     def _generation(self, scope: Scope) -> str:
         environment = self.control.metastore.get_environment(scope)

@@ -294,3 +294,43 @@ def test_checks_run_on_the_loop_only_when_cached_and_small(rig: Rig) -> None:
     assert rig.control.accept_batch_cached(headers, bid, b"\0" * (INLINE_CHECK_BYTES + 1)) is None
     other = {**headers, "authorization": f"Bearer {rig.token_b}"}
     assert rig.control.accept_batch_cached(other, bid, zstd(raw)) is None
+
+
+def test_the_spec_server_path_takes_the_same_batches(rig: Rig) -> None:
+    """The batch route is matched before the router (a fast path): under the spec's server
+    path too, and the same batch id is one batch on both."""
+    table = batch("calls_v1", "exec_r30", rows=2)
+    first = rig.put(rig.token_a, SCOPE_A, "calls_v1", "exec_r30", table, prefix="/studio-data/v1")
+    again = rig.put(rig.token_a, SCOPE_A, "calls_v1", "exec_r30", table)
+    assert (first.status_code, again.status_code) == (201, 200), (first.text, again.text)
+    assert _count(rig, "calls_v1") == 2
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "code"),
+    [
+        ("PUT", "/projection-batches/", 404, "not_found"),
+        ("PUT", "/projection-batches/a/b", 404, "not_found"),
+        ("PUT", "/studio-data/v1/projection-batches/", 404, "not_found"),
+        ("GET", "/projection-batches/b1", 405, "method_not_allowed"),
+        ("POST", "/studio-data/v1/projection-batches/b1", 405, "method_not_allowed"),
+    ],
+)
+def test_other_requests_near_the_batch_route_get_the_routers_answers(
+    rig: Rig, method: str, path: str, status: int, code: str
+) -> None:
+    answer = rig.client.request(method, path, headers=rig.headers(rig.token_a))
+    _error(answer, status, code)
+
+
+def test_an_unexpected_failure_of_a_batch_is_a_500_error_response(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def broken(*args: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(rig.control, "put_batch_async", broken)
+    table = batch("calls_v1", "exec_r31", rows=1)
+    answer = rig.put(rig.token_a, SCOPE_A, "calls_v1", "exec_r31", table)
+    _error(answer, 500, "internal_error")
+    assert "control plane internal error" in caplog.text and "boom" not in answer.text
