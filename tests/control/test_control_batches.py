@@ -134,10 +134,18 @@ def test_bad_schema_is_refused_and_nothing_written(rig: Rig, mutate, code: str) 
     assert _count(rig, "calls_v1") == 0
 
 
-def test_rows_of_another_root_are_refused(rig: Rig) -> None:
-    table = batch("calls_v1", "exec_other")
+@pytest.mark.parametrize("rows", [3, 600], ids=["compared in Python", "compared by compute"])
+@pytest.mark.parametrize("others", ["all", "one"])
+def test_rows_of_another_root_are_refused(rig: Rig, rows: int, others: str) -> None:
+    table = batch("calls_v1", "exec_other" if others == "all" else "exec_r7", rows=rows)
+    if others == "one":
+        ids = ["exec_r7"] * (rows - 1) + ["exec_other"]
+        at = table.schema.get_field_index("execution_id")
+        table = table.set_column(at, table.schema.field(at), pa.array(ids, pa.string()))
     answer = rig.put(rig.token_a, SCOPE_A, "calls_v1", "exec_r7", table)
     _error(answer, 400, "root_mismatch")
+    assert (rows if others == "all" else 1) == int(answer.json()["error"]["message"].split()[0])
+    assert _count(rig, "calls_v1") == 0
 
 
 def test_digest_must_match_uncompressed_body(rig: Rig) -> None:

@@ -18,8 +18,10 @@ carry ``Retry-After``. Logs carry ids and states, never SQL text, tokens or fact
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
@@ -67,10 +69,17 @@ def create_app(control: ControlPlane, *, on_started: Callable[[], None] | None =
     (:meth:`ControlPlane.warm_up`), then calls ``on_started`` (``serve control`` passes
     :func:`baml_studio.servergc.tune_for_serving`; tests leave their process's GC alone)."""
     batch_limit = control.config.batch_limits.max_body_bytes
-    limiters: dict[str, anyio.CapacityLimiter] = {}
+    batch_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+        weakref.WeakKeyDictionary()
+    )
 
     def _headers(request: Request) -> dict[str, str]:
-        return {name.lower(): value for name, value in request.headers.items()}
+        """The request's headers by lower-case name (the last of repeated ones), straight from
+        the ASGI scope."""
+        return {
+            name.decode("latin-1").lower(): value.decode("latin-1")
+            for name, value in request.scope["headers"]
+        }
 
     def _request_id(headers: dict[str, str], refusal: type[ApiError]) -> str:
         value = headers.get(REQUEST_ID_HEADER, "").strip()
@@ -78,11 +87,13 @@ def create_app(control: ControlPlane, *, on_started: Callable[[], None] | None =
             raise refusal("the X-Baml-Request-Id header is required", code="missing_request_id")
         return value
 
-    def _limiter(name: str, threads: int) -> anyio.CapacityLimiter:
-        limiter = limiters.get(name)
-        if limiter is None:  # created inside the event loop, once per name
-            limiter = limiters.setdefault(name, anyio.CapacityLimiter(threads))
-        return limiter
+    def _batch_slots() -> asyncio.Semaphore:
+        """:data:`BATCH_THREADS` batches at once, per event loop (made inside it)."""
+        loop = asyncio.get_running_loop()
+        slots = batch_slots.get(loop)
+        if slots is None:
+            slots = batch_slots[loop] = asyncio.Semaphore(BATCH_THREADS)
+        return slots
 
     async def _run(
         request: Request,
@@ -122,7 +133,7 @@ def create_app(control: ControlPlane, *, on_started: Callable[[], None] | None =
         try:
             _request_id(headers, BadRequest)
             body = await read_body(request, batch_limit)
-            async with _limiter("batch", BATCH_THREADS):
+            async with _batch_slots():
                 answer = await control.put_batch_async(headers, batch_id, body)
         except ApiError as exc:
             return _REFUSALS.refused("projection_batch", exc, request_id)

@@ -16,6 +16,7 @@ import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import cache
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -210,17 +211,38 @@ def check_schema(relation: str, schema: pa.Schema) -> None:
     )
 
 
+@cache
+def _row_rules(relation: str) -> tuple[tuple[tuple[int, str], ...], int | None]:
+    """Positions and names of the registered schema's non-nullable columns, and the position
+    of ``execution_id`` (None if the relation has none)."""
+    expected = registered_schema(relation)
+    required = tuple((i, f.name) for i, f in enumerate(expected) if not f.nullable)
+    names = expected.names
+    return required, names.index("execution_id") if "execution_id" in names else None
+
+
+SMALL_ROOT_CHECK = 512
+"""Rows up to which ``execution_id`` is compared in Python (a compute call costs more)."""
+
+
 def check_rows(request: BatchRequest, table: pa.Table) -> pa.Table:
-    """Non-null columns hold no nulls; every ``execution_id`` is the batch's root id."""
+    """Non-null columns hold no nulls; every ``execution_id`` is the batch's root id. The
+    table has the registered schema's columns in its order (:func:`check_schema`)."""
     expected = registered_schema(request.relation)
-    for field in expected:
-        if not field.nullable and table.column(field.name).null_count:
+    required, execution_id = _row_rules(request.relation)
+    columns = table.columns
+    for position, name in required:
+        if columns[position].null_count:
             raise SchemaMismatch(
-                f"column {field.name} is not nullable but holds nulls",
-                details={"relation": request.relation, "column": field.name},
+                f"column {name} is not nullable but holds nulls",
+                details={"relation": request.relation, "column": name},
             )
-    if "execution_id" in expected.names and table.num_rows:
-        others = pc.sum(pc.not_equal(table.column("execution_id"), request.root_id)).as_py()
+    if execution_id is not None and table.num_rows:
+        ids = columns[execution_id]
+        if table.num_rows <= SMALL_ROOT_CHECK:
+            others = table.num_rows - ids.to_pylist().count(request.root_id)
+        else:
+            others = pc.sum(pc.not_equal(ids, request.root_id)).as_py()
         if others:
             raise BadRequest(
                 f"{others} rows have an execution_id other than X-Baml-Root-Id",

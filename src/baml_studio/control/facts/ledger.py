@@ -178,7 +178,7 @@ class ScopeGate:
         if an erasure holds or waits for the gate."""
         key = (scope, generation)
         with self._lock:
-            gate, users = self._gates.setdefault(key, (_SharedExclusive(), [0]))
+            gate, users = self._entry(key)
             if not gate.try_acquire_shared():
                 if users[0] == 0:
                     del self._gates[key]
@@ -203,11 +203,19 @@ class ScopeGate:
             finally:
                 gate.release_exclusive()
 
+    def _entry(self, key: tuple[Scope, str]) -> tuple[_SharedExclusive, list[int]]:
+        """The gate of ``key`` and its user count (under ``_lock``): made only when absent
+        (every put of a scope shares one; making one per put cost a Condition each)."""
+        found = self._gates.get(key)
+        if found is None:
+            found = self._gates[key] = (_SharedExclusive(), [0])
+        return found
+
     @contextmanager
     def _gate(self, scope: Scope, generation: str) -> Iterator[_SharedExclusive]:
         key = (scope, generation)
         with self._lock:
-            gate, users = self._gates.setdefault(key, (_SharedExclusive(), [0]))
+            gate, users = self._entry(key)
             users[0] += 1
         try:
             yield gate
