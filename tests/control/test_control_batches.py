@@ -342,3 +342,14 @@ def test_an_unexpected_failure_of_a_batch_is_a_500_error_response(
     answer = rig.put(rig.token_a, SCOPE_A, "calls_v1", "exec_r31", table)
     _error(answer, 500, "internal_error")
     assert "control plane internal error" in caplog.text and "boom" not in answer.text
+
+
+def test_a_schema_that_differs_only_in_metadata_is_accepted_as_registered(rig: Rig) -> None:
+    table = batch("threads_v1", "exec_r32", rows=2)
+    field = table.schema.field(0).with_metadata({b"note": b"client"})
+    table = table.cast(table.schema.set(0, field)).replace_schema_metadata({b"who": b"test"})
+    answer = rig.put(rig.token_a, SCOPE_A, "threads_v1", "exec_r32", table)
+    assert answer.status_code == 201, answer.text
+    gen = rig.control.metastore.active_generation(SCOPE_A)
+    stored = rig.control.facts.rows("threads_v1", SCOPE_A, gen)
+    assert stored.num_rows == 2 and stored.schema.metadata is None

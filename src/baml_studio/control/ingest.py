@@ -171,9 +171,13 @@ def decode_arrow(raw: bytes) -> pa.Table:
         ) from exc
 
 
-def check_schema(relation: str, schema: pa.Schema) -> None:
-    """Refuse any difference from the registered schema, private columns first."""
+def check_schema(relation: str, schema: pa.Schema) -> bool:
+    """Refuse any difference from the registered schema, private columns first. True if the
+    schema is the registered one exactly, field metadata included (the common case, checked
+    first: the registered schema has no private column); False if only metadata differs."""
     expected = registered_schema(relation)
+    if schema.equals(expected, check_metadata=True):
+        return True
     names = schema.names
     private = sorted(PRIVATE_COLUMNS[relation].intersection(names))
     if private:
@@ -183,7 +187,7 @@ def check_schema(relation: str, schema: pa.Schema) -> None:
             details={"relation": relation, "private_columns": private},
         )
     if schema.equals(expected, check_metadata=False):
-        return
+        return False
     unknown = [n for n in names if n not in expected.names]
     missing = [n for n in expected.names if n not in names]
     different = [
@@ -225,20 +229,19 @@ SMALL_ROOT_CHECK = 512
 """Rows up to which ``execution_id`` is compared in Python (a compute call costs more)."""
 
 
-def check_rows(request: BatchRequest, table: pa.Table) -> pa.Table:
+def check_rows(request: BatchRequest, table: pa.Table, *, exact: bool = False) -> pa.Table:
     """Non-null columns hold no nulls; every ``execution_id`` is the batch's root id. The
-    table has the registered schema's columns in its order (:func:`check_schema`)."""
-    expected = registered_schema(request.relation)
+    table has the registered schema's columns in its order (:func:`check_schema`); unless
+    ``exact`` (its schema is the registered one, metadata included) it is cast to it."""
     required, execution_id = _row_rules(request.relation)
-    columns = table.columns
-    for position, name in required:
-        if columns[position].null_count:
+    for position, name in required:  # one column object each: ``table.columns`` makes all
+        if table.column(position).null_count:
             raise SchemaMismatch(
                 f"column {name} is not nullable but holds nulls",
                 details={"relation": request.relation, "column": name},
             )
     if execution_id is not None and table.num_rows:
-        ids = columns[execution_id]
+        ids = table.column(execution_id)
         if table.num_rows <= SMALL_ROOT_CHECK:
             others = table.num_rows - ids.to_pylist().count(request.root_id)
         else:
@@ -249,9 +252,7 @@ def check_rows(request: BatchRequest, table: pa.Table) -> pa.Table:
                 code="root_mismatch",
                 details={"root_id": request.root_id},
             )
-    if table.schema.equals(expected, check_metadata=True):
-        return table
-    return table.cast(expected)
+    return table if exact else table.cast(registered_schema(request.relation))
 
 
 def parse_batch(
@@ -268,6 +269,6 @@ def parse_batch(
             details={"declared": request.content_digest, "actual": actual},
         )
     table = decode_arrow(raw)
-    check_schema(request.relation, table.schema)
-    table = check_rows(request, table)
+    exact = check_schema(request.relation, table.schema)
+    table = check_rows(request, table, exact=exact)
     return replace(request, table=table)
