@@ -11,7 +11,9 @@ from collections.abc import Iterator
 import pytest
 from facts_testkit import SCOPE_A, key, open_store, sample_rows
 
+from baml_studio.apierrors import ApiError, Conflict
 from baml_studio.control.facts import BatchConflict, BatchResult, FactStore
+from baml_studio.gateway.config import Scope
 
 
 @pytest.fixture
@@ -26,7 +28,7 @@ def test_created_existing_and_conflict_as_the_synchronous_path(store: FactStore)
 
     async def main() -> list[object]:
         first = await store.put_batch_async(k, rows, "sha256:1")
-        again = await store.put_batch_async(k, rows, "sha256:1")  # cached: the thread path
+        again = await store.put_batch_async(k, rows, "sha256:1")  # cached: decided in a group
         try:
             await store.put_batch_async(k, sample_rows("calls_v1", 2), "sha256:2")
         except BatchConflict as exc:
@@ -125,3 +127,47 @@ def test_a_caller_that_stops_awaiting_keeps_the_batch_locked_until_decided(
     assert locked
     assert again == BatchResult("existing", 3)  # the abandoned put still landed, once
     assert store.count("calls_v1", SCOPE_A, "gen_1") == 3
+
+
+def test_repeats_from_the_cache_share_groups_and_generation_checks(
+    store: FactStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replay's repeats: answered from the ledger cache in groups, one generation check per
+    group and no ledger query, not one metastore read each; a refusal still reaches each."""
+    n = 40
+    keys = [key("health_v1", f"r{i}") for i in range(n)]
+    rows = sample_rows("health_v1")
+
+    async def put_all(digest: str) -> list[object]:
+        puts = (store.put_batch_async(k, rows, digest) for k in keys)
+        return list(await asyncio.gather(*puts, return_exceptions=True))
+
+    assert asyncio.run(put_all("d")) == [BatchResult("created", 3)] * n
+    checks: list[tuple[Scope, str]] = []
+    refuse = False
+
+    def admission(scope: Scope, generation: str) -> ApiError | None:
+        checks.append((scope, generation))
+        return Conflict("not active", code="inactive_generation") if refuse else None
+
+    store.admit_with(admission)
+    lookups = 0
+    real_lookup = store._tables.lookup
+
+    def counted(keys: object) -> object:
+        nonlocal lookups
+        lookups += 1
+        return real_lookup(keys)  # type: ignore[arg-type]  # reason: a pass-through
+
+    monkeypatch.setattr(store._tables, "lookup", counted)
+    hits = store.stats.cache_hits
+    repeats = asyncio.run(put_all("d"))
+    assert repeats == [BatchResult("existing", 3)] * n
+    assert store.stats.cache_hits - hits == n and lookups == 0
+    assert 1 <= len(checks) < n / 4
+    conflicts = asyncio.run(put_all("other digest"))
+    assert all(isinstance(c, BatchConflict) for c in conflicts)
+    refuse = True
+    refused = asyncio.run(put_all("d"))
+    assert all(isinstance(r, Conflict) and r.code == "inactive_generation" for r in refused)
+    assert lookups == 0 and len(store._key_locks) == 0  # reason: every lock released

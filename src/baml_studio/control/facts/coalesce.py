@@ -45,6 +45,9 @@ class Pending:
     decided, besides ``done``: an event loop's callers await instead of parking a thread."""
     settle: Callable[[], None] | None = None
     """What the ``waker``'s caller runs for this item once told (the awaiting side's own)."""
+    cached: LedgerEntry | None = None
+    """The entry the ledger cache holds under the id when it was queued: the group decides
+    it without a ledger query (after the group's generation check)."""
 
     @property
     def decided(self) -> bool:

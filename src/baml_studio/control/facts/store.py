@@ -171,23 +171,24 @@ class FactStore:
     ) -> BatchResult:
         """:meth:`put_batch` for an event loop: the batch waits for its group as a future on
         the loop instead of parking a thread (one loop wake-up per group, not two thread
-        hand-offs per batch). Same outcomes. When it would have to wait for a lock (an erasure
-        holds the scope's gate, or another put holds the batch id) or its id is already in the
-        cache (the answer needs the active generation, a metastore read), it runs
-        :meth:`put_batch` on a worker thread instead. The locks are held until the batch is
-        decided, whether or not the caller still awaits it."""
+        hand-offs per batch). Same outcomes. A batch whose id is in the ledger cache waits for
+        a group too, which answers it from the cache after the group's one generation check
+        (no ledger query; no metastore read per batch, as a replay's repeats would cost).
+        When it would have to wait for a lock (an erasure holds the scope's gate, or another
+        put holds the batch id), it runs :meth:`put_batch` on a worker thread instead. The
+        locks are held until the batch is decided, whether or not the caller still awaits
+        it."""
         check_batch(key, rows, content_digest)
         release_gate = self._gate.try_shared(key.scope, key.generation)
         release_key = None if release_gate is None else self._key_locks.try_hold(key.ledger_key)
-        if release_gate is None or release_key is None or self._cache.get(key.ledger_key):
-            if release_key is not None:
-                release_key()
+        if release_gate is None or release_key is None:
             if release_gate is not None:
                 release_gate()
             return await anyio.to_thread.run_sync(self.put_batch, key, rows, content_digest)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         item = Pending(key, rows, content_digest, waker=self._waker(loop))
+        item.cached = self._cache.get(key.ledger_key)
 
         def settle() -> None:  # on the loop, once the item is decided
             try:
@@ -240,7 +241,7 @@ class FactStore:
         one intent insert for the new batches; one fact insert per relation with new
         batches; one visible ledger insert. A batch whose newest ledger row is an intent
         (a crash or failure after its intent) is looked for in its fact table first."""
-        group = self._admitted(group)
+        group = self._answer_cached(self._admitted(group))
         if not group:
             return
         visible, intents = self._tables.lookup([item.key for item in group])
@@ -282,6 +283,22 @@ class FactStore:
         for item in written:
             item.visible = item.key.entry(item.content_digest, item.rows.num_rows)
             item.result = BatchResult("created", item.rows.num_rows)
+
+    def _answer_cached(self, group: Sequence[Pending]) -> Sequence[Pending]:
+        """Decide the admitted batches queued with a cached ledger entry from it (as
+        :meth:`put_batch` does); the others, which need the ledger query."""
+        rest = []
+        for item in group:
+            if item.cached is None:
+                rest.append(item)
+                continue
+            try:
+                item.result = self._visible(item.key, item.cached, item.content_digest)
+            except BatchConflict as exc:
+                item.error = exc
+            else:
+                self.stats.add(cache_hits=1)
+        return rest
 
     def _admitted(self, group: Sequence[Pending]) -> Sequence[Pending]:
         """The batches of ``group`` the admission lets through; the others get its refusal."""
