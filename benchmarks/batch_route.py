@@ -141,6 +141,9 @@ def main() -> None:
     parser.add_argument("--executions", type=int, default=2000)
     parser.add_argument("--threads", type=int, default=2, help="sending threads (workers)")
     parser.add_argument("--runs", type=int, default=1, help="fresh control planes, one by one")
+    parser.add_argument(
+        "--tmp", type=Path, default=Path("/tmp"), help="where the control plane's data dir goes"
+    )
     args = parser.parse_args()
     batches = [execution_batches(i) for i in range(args.executions)]
     slices = [
@@ -150,7 +153,8 @@ def main() -> None:
     total = sum(len(s) for s in slices)
     print(
         f"{args.executions} executions, {total} batches, {args.threads} sending threads, "
-        f"{CONCURRENCY} in flight per call; {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}"
+        f"{CONCURRENCY} in flight per call; data under {args.tmp}; "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}"
     )
     header = (
         f"{'run':>4} {'pass':<26}{'batches/s':>10}{'server ms/batch':>17}"
@@ -159,7 +163,7 @@ def main() -> None:
     print(header)
     print("-" * len(header))
     for run in range(1, args.runs + 1):
-        tmp = Path(tempfile.mkdtemp(prefix="batch-route-", dir="/tmp"))
+        tmp = Path(tempfile.mkdtemp(prefix="batch-route-", dir=args.tmp))
         try:
             with control_plane(tmp / "control") as control:
                 new = send_all(control, slices, args.threads)
