@@ -13,7 +13,7 @@ from facts_testkit import SCOPE_A, SCOPE_B, key, sample_rows
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from baml_studio.control.facts import BatchResult, InvalidBatch
+from baml_studio.control.facts import BatchResult, FactStoreConfig, InvalidBatch
 from baml_studio.control.facts.batch import (
     LEDGER_SCHEMA,
     check_batch,
@@ -287,3 +287,48 @@ def test_check_batch_refuses_aliases_and_bad_schemas() -> None:
     with pytest.raises(InvalidBatch, match="batch_id"):
         check_batch(dataclasses.replace(key("calls_v1", "r"), batch_id=""), rows, "d")
     check_batch(key("calls_v1", "r"), rows, "d")
+
+
+def test_coalescer_lingers_longer_only_when_it_finds_a_backlog() -> None:
+    coalescer = Coalescer(Recorder(), linger_s=0.005, max_rows=1000, busy_linger_s=0.06, busy_at=3)
+    assert [coalescer.linger_for(n) for n in (0, 1, 2, 3, 50)] == [0.005] * 3 + [0.06] * 2
+    plain = Coalescer(Recorder(), linger_s=0.005, max_rows=1000)
+    assert plain.linger_for(10_000) == 0.005  # no busy linger unless asked
+
+
+def test_a_backlog_keeps_the_group_open_for_batches_arriving_meanwhile() -> None:
+    """The flusher returns from a slow group to find a backlog: it lingers the busy time, so
+    batches that arrive meanwhile join that backlog's group instead of starting another."""
+    release, writing = threading.Event(), threading.Event()
+    groups: list[list[str]] = []
+
+    def write(group: Sequence[Pending]) -> None:
+        groups.append([item.key.root_id for item in group])
+        if len(groups) == 1:
+            writing.set()
+            release.wait(10)  # a slow first group: the backlog builds up behind it
+        for item in group:
+            item.result = BatchResult("created", item.rows.num_rows)
+
+    coalescer = Coalescer(write, linger_s=0, max_rows=1000, busy_linger_s=2.0, busy_at=4)
+    first = pending(0)
+    coalescer.enqueue(first)
+    assert writing.wait(10)
+    backlog = [pending(i) for i in range(1, 6)]
+    for item in backlog:
+        coalescer.enqueue(item)
+    release.set()
+    late = [pending(i) for i in range(6, 9)]
+    for item in late:  # well inside the 2 s busy linger
+        coalescer.enqueue(item)
+    for item in [first, *backlog, *late]:
+        assert item.done.wait(10)
+    coalescer.close()
+    assert groups == [["r0"], [f"r{i}" for i in range(1, 9)]]
+
+
+def test_fact_store_config_refuses_negative_busy_settings() -> None:
+    with pytest.raises(ValueError, match="coalesce_busy_linger_ms"):
+        FactStoreConfig(dsn="chdb:///tmp/x", coalesce_busy_linger_ms=-1)
+    with pytest.raises(ValueError, match="coalesce_busy_batches"):
+        FactStoreConfig(dsn="chdb:///tmp/x", coalesce_busy_batches=0)

@@ -91,12 +91,24 @@ class Coalescer:
     is written."""
 
     def __init__(
-        self, write_group: WriteGroup, *, linger_s: float, max_rows: int, writers: int = 1
+        self,
+        write_group: WriteGroup,
+        *,
+        linger_s: float,
+        max_rows: int,
+        writers: int = 1,
+        busy_linger_s: float | None = None,
+        busy_at: int = 64,
     ) -> None:
         if writers < 1:
             raise ValueError(f"writers must be at least 1, got {writers}")
         self.write_group = write_group
         self.linger_s = linger_s
+        self.busy_linger_s = linger_s if busy_linger_s is None else busy_linger_s
+        """How long a flusher lingers when it finds ``busy_at`` or more batches already
+        waiting: under sustained load more of them share the group's statements (each
+        ClickHouse statement has a fixed cost), while a lone batch keeps ``linger_s``."""
+        self.busy_at = busy_at
         self.max_rows = max_rows
         self.writers = writers
         self._queue: deque[Pending] = deque()
@@ -156,12 +168,16 @@ class Coalescer:
                 for waker, items in wakers.values():
                     waker.wake(items)
 
+    def linger_for(self, waiting: int) -> float:
+        """Seconds a flusher lingers when it finds ``waiting`` batches queued."""
+        return self.busy_linger_s if waiting >= self.busy_at else self.linger_s
+
     def _next_group(self) -> list[Pending] | None:
         with self._cond:
             self._cond.wait_for(lambda: bool(self._queue) or self._closed)
             if not self._queue:
                 return None
-            deadline = time.monotonic() + self.linger_s
+            deadline = time.monotonic() + self.linger_for(len(self._queue))
             while self._queued_rows < self.max_rows and not self._closed:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:

@@ -104,6 +104,8 @@ class FactStore:
             linger_s=config.coalesce_linger_ms / 1000,
             max_rows=config.coalesce_max_rows,
             writers=config.coalesce_writers,
+            busy_linger_s=config.coalesce_busy_linger_ms / 1000,
+            busy_at=config.coalesce_busy_batches,
         )
 
     @classmethod
