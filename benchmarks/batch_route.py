@@ -96,8 +96,10 @@ class Pass:
     states: dict[str, int]
 
 
-def send_all(control: Service, slices: list[list[PublicBatch]], threads: int) -> Pass:
-    client = ControlClient(control.url, control.token, max_connections=CONCURRENCY)
+def send_all(
+    control: Service, slices: list[list[PublicBatch]], threads: int, concurrency: int
+) -> Pass:
+    client = ControlClient(control.url, control.token, max_connections=concurrency)
     generation = client.active_generation(SCOPE, "v1")
     todo = list(slices)
     lock = threading.Lock()
@@ -111,7 +113,7 @@ def send_all(control: Service, slices: list[list[PublicBatch]], threads: int) ->
                     return
                 part = todo.pop(0)
             try:
-                acks = client.put_batches(SCOPE, generation, part, concurrency=CONCURRENCY)
+                acks = client.put_batches(SCOPE, generation, part, concurrency=concurrency)
             except BaseException as exc:  # reported below, never hidden
                 with lock:
                     failures.append(exc)
@@ -140,6 +142,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--executions", type=int, default=2000)
     parser.add_argument("--threads", type=int, default=2, help="sending threads (workers)")
+    parser.add_argument(
+        "--concurrency", type=int, default=CONCURRENCY, help="batches in flight (connections)"
+    )
     parser.add_argument("--runs", type=int, default=1, help="fresh control planes, one by one")
     parser.add_argument(
         "--tmp", type=Path, default=Path("/tmp"), help="where the control plane's data dir goes"
@@ -153,7 +158,7 @@ def main() -> None:
     total = sum(len(s) for s in slices)
     print(
         f"{args.executions} executions, {total} batches, {args.threads} sending threads, "
-        f"{CONCURRENCY} in flight per call; data under {args.tmp}; "
+        f"{args.concurrency} in flight; data under {args.tmp}; "
         f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}"
     )
     header = (
@@ -166,8 +171,8 @@ def main() -> None:
         tmp = Path(tempfile.mkdtemp(prefix="batch-route-", dir=args.tmp))
         try:
             with control_plane(tmp / "control") as control:
-                new = send_all(control, slices, args.threads)
-                repeat = send_all(control, slices, args.threads)
+                new = send_all(control, slices, args.threads, args.concurrency)
+                repeat = send_all(control, slices, args.threads, args.concurrency)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         if new.states.get("created") != total or repeat.states.get("existing") != total:

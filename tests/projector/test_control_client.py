@@ -551,3 +551,25 @@ def test_owned_client_retries_an_unreachable_control_plane_then_gives_up() -> No
     for request in sent:
         per_batch[request.path] = per_batch.get(request.path, 0) + 1
     assert per_batch and all(count == 3 for count in per_batch.values())  # 1 + 2 retries
+
+
+def test_owned_client_takes_a_2xx_batch_answer_without_json_as_unavailable() -> None:
+    """The asyncio sender builds its responses without an httpx request; a proxy page in
+    place of a ProjectionBatchResponse is still the typed transient error, naming the call."""
+
+    async def html(request: Request) -> Response:
+        return Response("<html>proxy</html>", media_type="text/html")
+
+    app = Starlette(routes=[Route("/projection-batches/{batch_id}", html, methods=["PUT"])])
+    sent: list[SentRequest] = []
+    with serve(app) as url, owned_client(url, "token", sent) as client:
+        with pytest.raises(ControlPlaneUnavailable) as caught:
+            client.put_batches(
+                SCOPE_A,
+                "gen_1",
+                [public_batch("calls_v1", "exec_p1"), public_batch("calls_v1", "exec_p2")],
+                concurrency=2,  # more than one batch at once: the asyncio sender
+            )
+        assert "put_batch" in str(caught.value) and "without a JSON object" in str(caught.value)
+        assert client._async_sender is not None
+    assert {r.method for r in sent} == {"PUT"}

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import aiohttp
 import httpx
+import yarl
 
 from baml_studio.gateway.config import Scope
 from baml_studio.projector.control_client import (
@@ -47,6 +48,9 @@ class AsyncBatchSender:
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._session: aiohttp.ClientSession | None = None
+        # normalised once: each request's URL is this plus an already percent-encoded path,
+        # so yarl need not parse and re-encode it per request
+        self._base = str(yarl.URL(client.base_url))
         self._thread = threading.Thread(target=self._run, name="control-batches", daemon=True)
         self._thread.start()
         self._ready.wait()
@@ -112,7 +116,7 @@ class AsyncBatchSender:
         self, session: aiohttp.ClientSession, scope: Scope, request: BatchRequest
     ) -> BatchAck:
         client = self.client
-        url = client.base_url + request.path
+        url = yarl.URL(self._base + request.path, encoded=True)
         attempts = Attempts(client, "put_batch", request.context)
         while True:
             sent = attempts.headers(request.headers)
@@ -120,11 +124,9 @@ class AsyncBatchSender:
             try:
                 async with session.put(url, data=request.body, headers=sent) as answer:
                     content = await answer.read()
+                    # no httpx.Request: building one parsed the URL again for every batch
                     response = httpx.Response(
-                        answer.status,
-                        headers=list(answer.headers.items()),
-                        content=content,
-                        request=httpx.Request("PUT", url),
+                        answer.status, headers=list(answer.headers.items()), content=content
                     )
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 outcome: httpx.Response | float | None = attempts.failed(exc)

@@ -266,7 +266,9 @@ class ControlClient:
             cached = self._schemas.get(catalog_version)
         if cached is None:
             path = f"/projection-schemas/{quote(catalog_version, safe='')}"
-            cached = _json_object(self._call("GET", path, "projection_schemas"))
+            cached = _json_object(
+                self._call("GET", path, "projection_schemas"), "projection_schemas"
+            )
             if not isinstance(cached.get("relations"), list):
                 raise _protocol("projection_schemas", "a ProjectionSchemaSet without relations")
             with self._lock:
@@ -283,7 +285,9 @@ class ControlClient:
             },
             "catalog_version": catalog_version,
         }
-        data = _json_object(self._call("POST", "/query-snapshots", "snapshot", json_body=body))
+        data = _json_object(
+            self._call("POST", "/query-snapshots", "snapshot", json_body=body), "snapshot"
+        )
         if not isinstance(data.get("generation"), str) or not data["generation"]:
             raise _protocol("snapshot", "a QuerySnapshot without generation")
         return data
@@ -421,7 +425,8 @@ class ControlClient:
                     headers=headers,
                     json_body=body,
                     context=f"chunk={index + 1}/{len(chunks)} roots={len(chunk)}",
-                )
+                ),
+                "erase_roots",
             )
             roots = data.get("root_ids")
             if data.get("state") != "deleted" or not isinstance(roots, list):
@@ -630,18 +635,18 @@ def _protocol(operation: str, problem: str) -> ControlPlaneUnavailable:
     return ControlPlaneUnavailable(f"{operation}: the control plane answered {problem}")
 
 
-def _json_object(response: httpx.Response) -> dict[str, Any]:
+def _json_object(response: httpx.Response, operation: str) -> dict[str, Any]:
     try:
         data = response.json()
     except ValueError:
         data = None
     if not isinstance(data, dict):
-        raise _protocol(response.request.url.path, f"{response.status_code} without a JSON object")
+        raise _protocol(operation, f"{response.status_code} without a JSON object")
     return data
 
 
 def _batch_ack(response: httpx.Response) -> BatchAck:
-    data = _json_object(response)
+    data = _json_object(response, "put_batch")
     try:
         ack = BatchAck(
             status=response.status_code,
