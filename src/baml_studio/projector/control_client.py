@@ -188,7 +188,7 @@ class ControlClient:
         backoff_max_s: float = 8.0,
         retry_after_max_s: float = 30.0,
         generation_ttl_s: float = 5.0,
-        max_connections: int = 256,
+        max_connections: int = 512,
         on_request: Callable[[SentRequest], None] | None = None,
         sleep: Callable[[float], None] = time.sleep,
         rand: Callable[[], float] = random.random,

@@ -89,10 +89,12 @@ class WorkerConfig:
     folded, and two workers' folding and sending interleave instead of both folding at once
     while the control plane waits. Each slice is one Lance commit per dataset."""
 
-    batch_concurrency: int = 256
+    batch_concurrency: int = 512
     """Public batches of one meta object in flight at once. The control plane coalesces the
     batches that wait at the same time into one lookup and one insert per relation, so many
-    in flight is what makes ingest fast; the client sends them on one asyncio thread."""
+    in flight is what makes ingest fast; the client sends them on one asyncio thread. 512
+    against 256: control-plane CPU 9.9 and 11.8 s against 13.7 and 15.1 s for the same
+    1,000 executions (``benchmarks/projection.py --executions 1000 --runs drain:1``)."""
 
 
 @dataclass
