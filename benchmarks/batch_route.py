@@ -5,9 +5,8 @@ public batches of ``--executions`` synthetic executions from the projector's own
 (:class:`ControlClient`, aiohttp, 512 in flight as the projector sends), sent by ``--threads``
 threads in slices of 256 executions as projector workers send them. Each execution has the
 batch mix the arrival replay sends (rows per execution as measured there: ``threads_v1`` 3,
-``call_path_stats_v1`` 6,
-``calls_v1`` 4, ``function_definitions_v1`` 16, ``health_v1`` 31, and ``errors_v1`` 1 in every
-20th execution).
+``call_path_stats_v1`` 6, ``calls_v1`` 4, ``function_definitions_v1`` 16, ``health_v1`` 31,
+and ``errors_v1`` 1 in every 20th execution).
 
 *Baseline* (same run): the same batches sent again, which the control plane answers 200 from its
 ledger cache without writing: the cost of the HTTP route and the batch checks alone. The
