@@ -309,3 +309,38 @@ def test_erase_waits_for_puts_of_its_scope(store: FactStore) -> None:
     ledger = {i for i in range(1, 9) if store.batch_state(SCOPE_A, "gen_1", f"r1.health_v1.{i}")}
     # Every batch is either wholly visible (put after the erasure) or wholly gone.
     assert store.count("health_v1", SCOPE_A, "gen_1") == 2 * len(ledger)
+
+
+def test_a_lookup_of_several_scopes_and_generations_keeps_each_key_apart(
+    store: FactStore,
+) -> None:
+    """One group's ledger lookup ORs a ``batch_id IN (…)`` per scope and generation: the same
+    batch id under another scope or generation is another key, an intent stays an intent."""
+    tables = store._tables
+    same = "root_1.calls_v1.0"
+    visible_keys = [
+        key("calls_v1", "root_1", batch_id=same),
+        key("calls_v1", "root_1", batch_id=same, scope=SCOPE_B),
+        key("calls_v1", "root_2", generation="gen_2"),
+        key("calls_v1", "it's", scope=SCOPE_B, generation="gen_2"),  # a quote in the id
+    ]
+    intent = key("threads_v1", "root_3", scope=SCOPE_B)
+    not_asked = [
+        key("calls_v1", "root_1", batch_id=same, generation="gen_3"),
+        key("calls_v1", "root_2", scope=SCOPE_B),
+    ]
+    tables.insert_ledger([(k, f"sha256:{i}", i + 1) for i, k in enumerate(visible_keys)])
+    tables.insert_ledger([(k, "sha256:n", 1) for k in not_asked])
+    tables.insert_intents([(intent, "sha256:i", 9)])
+    absent = [
+        key("calls_v1", "root_1", batch_id=same, generation="gen_2"),
+        key("calls_v1", "root_2"),  # visible under gen_2 only
+    ]
+    asked = [*visible_keys, intent, *absent]
+    visible, intents = tables.lookup(asked)
+    assert visible == {
+        k.ledger_key: k.entry(f"sha256:{i}", i + 1) for i, k in enumerate(visible_keys)
+    }
+    assert intents == {intent.ledger_key}
+    one_scope, _ = tables.lookup([visible_keys[0], absent[0]])
+    assert one_scope == {visible_keys[0].ledger_key: visible_keys[0].entry("sha256:0", 1)}

@@ -23,10 +23,10 @@ from baml_studio.control.facts.ddl import (
     SCOPE_COLUMNS,
     eq_sql,
     ident,
+    in_list_sql,
     public_relation,
     qualified,
     scope_where_sql,
-    tuple_in_sql,
 )
 from baml_studio.control.facts.errors import FactStoreUnavailable
 from baml_studio.control.facts.ledger import LedgerEntry, LedgerKey
@@ -41,9 +41,13 @@ INSERT_SETTINGS: dict[str, int] = {
     "async_insert": 0,
     "insert_deduplicate": 0,
     "optimize_on_insert": 0,
+    "max_threads": 1,
 }
 """Synchronous inserts (visible on return) that a server never deduplicates away: a batch
-written again after its erasure must land even when its bytes are identical."""
+written again after its erasure must land even when its bytes are identical. One thread per
+insert: a group's inserts run side by side already, and a pipeline of the default width
+cost ~17 % more CPU for the same rows (six relations' inserts of a 150-batch group: 116–121
+against 140–146 ms, chDB)."""
 
 WRITE_ORDER = ("_root_id", "_batch_id", "_row")
 
@@ -101,9 +105,7 @@ class Tables:
         """For a group of batches of any relations, in one statement of the ledger alone:
         the visible entries, and the keys whose newest ledger row is an intent (their rows
         may be stored without a visible ledger row)."""
-        where = tuple_in_sql(
-            (*SCOPE_COLUMNS, "batch_id"), [(*_scope_values(k), k.batch_id) for k in keys]
-        )
+        where = lookup_where_sql(keys)
         visible: dict[LedgerKey, LedgerEntry] = {}
         intents: set[LedgerKey] = set()
         rows = self.run("batch lookup", lambda client: client.query(self._ledger_sql(where)))
@@ -173,15 +175,26 @@ class Tables:
         )
 
 
+def lookup_where_sql(keys: Sequence[BatchKey]) -> str:
+    """The ledger rows of ``keys``: per scope and generation, its equalities and ``batch_id
+    IN (…)``, OR-ed. The same rows as one tuple ``IN`` over all five key columns, at about
+    half the CPU (a group of 150 batches: 6.8 against 11–13 ms), since ClickHouse matches the
+    sorting key's prefix once instead of comparing 150 tuples."""
+    by_scope: dict[tuple[Scope, str], list[str]] = {}
+    for key in keys:
+        by_scope.setdefault((key.scope, key.generation), []).append(key.batch_id)
+    parts = [
+        f"({scope_where_sql(scope, generation)} AND {in_list_sql('batch_id', batch_ids)})"
+        for (scope, generation), batch_ids in by_scope.items()
+    ]
+    return parts[0] if len(parts) == 1 else "(" + " OR ".join(parts) + ")"
+
+
 def batch_where(key: BatchKey) -> str:
     return (
         f"{scope_where_sql(key.scope, key.generation)} AND {eq_sql('_root_id', key.root_id)} "
         f"AND {eq_sql('_batch_id', key.batch_id)}"
     )
-
-
-def _scope_values(key: BatchKey) -> tuple[str, str, str, str]:
-    return (key.scope.tenant, key.scope.project, key.scope.environment, key.generation)
 
 
 def _ledger_row(row: Sequence[Any]) -> tuple[LedgerKey, bool, LedgerEntry]:
