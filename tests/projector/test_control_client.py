@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pyarrow as pa
 import pytest
 import zstandard
 from projector_control_rig import (
@@ -31,6 +32,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from baml_studio.projector.control_client import (
+    ZSTD_LEVEL,
     ControlClient,
     SentRequest,
     encode_batch,
@@ -463,6 +465,33 @@ def test_encode_batch_digests_the_uncompressed_stream() -> None:
     raw = zstandard.ZstdDecompressor().decompressobj().decompress(encoded.body)
     assert len(raw) == encoded.raw_bytes
     assert encoded.digest == "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
+def test_encode_batch_reuses_a_compressor_per_thread_with_the_same_bytes() -> None:
+    """Bodies from the thread's reused compressor, on several threads at once, are exactly a
+    fresh compressor's, and each frame declares its size (the control plane allocates once)."""
+    tables = [table(r, f"exec_{i}") for i in range(40) for r in ("health_v1", "calls_v1")]
+
+    def fresh(t: pa.Table) -> bytes:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, t.schema) as writer:
+            writer.write_table(t)
+        return zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(sink.getvalue().to_pybytes())
+
+    expected = [fresh(t) for t in tables]
+    results: dict[int, list[bytes]] = {}
+
+    def encode_all(n: int) -> None:
+        results[n] = [encode_batch(t).body for t in tables]
+
+    threads = [threading.Thread(target=encode_all, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(results[n] == expected for n in range(4))
+    params = zstandard.get_frame_parameters(expected[0])
+    assert params.content_size == encode_batch(tables[0]).raw_bytes
 
 
 def test_request_ids_are_uuid7_and_time_ordered() -> None:

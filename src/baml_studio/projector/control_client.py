@@ -124,14 +124,27 @@ class EncodedBatch:
     raw_bytes: int
 
 
+_COMPRESSORS = threading.local()
+
+
+def _compressor() -> zstandard.ZstdCompressor:
+    """This thread's compressor: one per batch cost a fresh context each time (~20 % of
+    encoding a batch; a compressor must not be shared by threads at once)."""
+    compressor: zstandard.ZstdCompressor | None = getattr(_COMPRESSORS, "compressor", None)
+    if compressor is None:
+        compressor = _COMPRESSORS.compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+    return compressor
+
+
 def encode_batch(table: pa.Table) -> EncodedBatch:
-    """``table`` as one Arrow IPC stream, its digest, and the stream compressed with zstd."""
+    """``table`` as one Arrow IPC stream, its digest, and the stream compressed with zstd
+    (the frame declares its content size)."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
-    raw = sink.getvalue().to_pybytes()
-    body = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(raw)
-    return EncodedBatch(body, "sha256:" + hashlib.sha256(raw).hexdigest(), len(raw))
+    raw = sink.getvalue()  # hashed and compressed in place, not copied to bytes
+    body = _compressor().compress(raw)
+    return EncodedBatch(body, "sha256:" + hashlib.sha256(raw).hexdigest(), raw.size)
 
 
 @dataclass(frozen=True, slots=True)
