@@ -334,6 +334,16 @@ def test_conflicts_past_the_budget_raise_a_transient_error(
     assert store.missing_values([invoice(2)[0]]) == {invoice(2)[0]}
 
 
+def exact(rows: pa.Table, *, ids: list[str | None] | None = None) -> pa.Table:
+    """``calls_v1`` rows cast to :func:`relation_schema` (optionally other execution ids)."""
+    schema = relation_schema("calls_v1")
+    if ids is not None:
+        rows = rows.set_column(
+            rows.schema.get_field_index("execution_id"), "execution_id", pa.array(ids, pa.string())
+        )
+    return pa.Table.from_arrays([rows[f.name].cast(f.type) for f in schema], schema=schema)
+
+
 @pytest.mark.parametrize(
     ("private", "message"),
     [
@@ -351,6 +361,24 @@ def test_conflicts_past_the_budget_raise_a_transient_error(
             ],
             "repeats",
         ),
+        # rows already in the dataset's exact schema (the projector's own) are only checked
+        (
+            [("calls_v1", exact(calls_rows("baml_thread_1_other", 2, ["bamlv_1_" + "1" * 64])))],
+            "other",
+        ),
+        (
+            [("calls_v1", exact(calls_rows(EXEC, 2, ["bamlv_1_" + "1" * 64]), ids=[EXEC, None]))],
+            "other",
+        ),
+        (
+            [
+                (
+                    "calls_v1",
+                    exact(pa.concat_tables([calls_rows(EXEC, 1, ["bamlv_1_" + "1" * 64])] * 2)),
+                )
+            ],
+            "repeated",
+        ),
     ],
 )
 def test_write_execution_rejects_bad_rows_and_writes_nothing(
@@ -359,6 +387,15 @@ def test_write_execution_rejects_bad_rows_and_writes_nothing(
     with pytest.raises(PrivateStoreError, match=message):
         store.write_execution(EXEC, EXEC, "proc-1", private)
     assert store.version() == {}
+
+
+def test_rows_in_the_exact_schema_are_written_as_given(store: PrivateStore) -> None:
+    cids = cids_for(store)
+    rows = exact(calls_rows(EXEC, 3, cids))
+    assert rows.schema.equals(relation_schema("calls_v1"))
+    store.write_execution(EXEC, EXEC, "p", [("calls_v1", rows)])
+    stored = lance.dataset(store.uri("calls_v1")).to_table().sort_by("row_id")
+    assert stored.select(rows.column_names).equals(rows.sort_by("row_id"))
 
 
 def test_delete_executions_removes_rows_and_markers_but_not_values(store: PrivateStore) -> None:
