@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,9 @@ import zstandard
 from projector_e2e_rig import assert_same_relations, ingest_path
 from projector_fixtures import SCOPE, workload_store
 
+import baml_studio.projector.worker as worker_module
 from baml_studio.gateway.keys import evidence_prefix, segment_key
+from baml_studio.projector.errors import ValuesPending
 from baml_studio.projector.worker import WorkerConfig
 from baml_studio.queue.port import Message
 
@@ -96,6 +99,86 @@ def test_a_meta_object_projected_in_slices_equals_the_local_catalog(
         assert ingest.worker.stats.quarantined == 0
         assert slices and max(slices) <= 2
         assert sum(slices) == ingest.worker.stats.executions > 2
+        assert_same_relations(ingest.projected_tables(), ingest.local_tables())
+
+
+def test_the_next_slice_is_folded_while_a_slice_is_in_flight(
+    tmp_path: Path,
+    chdb_dsn: str,
+    fact_database: str,
+    workload_store: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first slice's send waits until the worker folds an execution of the next slice:
+    it only returns because folding goes on while batches are in flight."""
+    config = WorkerConfig(retry_backoff_s=(0,), slice_executions=2)
+    with ingest_path(tmp_path, chdb_dsn, fact_database, workload_store, config=config) as ingest:
+        worker = ingest.worker
+        events: list[tuple[str, str]] = []
+        first: set[str] = set()
+        folded_next = threading.Event()
+        fold, send_all = worker_module.project_execution, worker._send_all
+
+        def folding(inputs: Any, *args: Any, **kwargs: Any) -> Any:
+            events.append(("fold", inputs.meta.execution_id))
+            if first and inputs.meta.execution_id not in first:
+                folded_next.set()
+            return fold(inputs, *args, **kwargs)
+
+        def sending(scope: Any, generation: str, private: Any, projections: list[Any]) -> Any:
+            if not first and len(projections) == 2:
+                first.update(p.root_id for p in projections)
+                events.append(("send", ",".join(sorted(first))))
+                assert folded_next.wait(30), "the next slice was not folded during the send"
+            return send_all(scope, generation, private, projections)
+
+        monkeypatch.setattr(worker_module, "project_execution", folding)
+        monkeypatch.setattr(worker, "_send_all", sending)
+        _drain_all(ingest)
+        assert folded_next.is_set() and worker.stats.quarantined == 0
+        assert_same_relations(ingest.projected_tables(), ingest.local_tables())
+
+
+def test_a_failure_folding_the_next_slice_still_lands_the_slice_in_flight(
+    tmp_path: Path,
+    chdb_dsn: str,
+    fact_database: str,
+    workload_store: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Values missing for the second slice: the first slice's batches, sent meanwhile, are
+    visible and its private rows committed; the message is retried and completes."""
+    config = WorkerConfig(retry_backoff_s=(0,), slice_executions=2)
+    with ingest_path(tmp_path, chdb_dsn, fact_database, workload_store, config=config) as ingest:
+        worker = ingest.worker
+        others = []
+        while batch := ingest.dataplane.queue.receive(max_messages=10):
+            for message in batch:
+                if ".bamlpack.zst" in message.body:
+                    assert worker.handle(message) == "deleted"
+                else:
+                    others.append(message)
+        sent: list[list[str]] = []
+        landed_at_failure: list[set[str]] = []
+        send_all, ensure = worker._send_all, worker._ensure_cids
+
+        def sending(scope: Any, generation: str, private: Any, projections: list[Any]) -> Any:
+            sent.append([p.root_id for p in projections])
+            return send_all(scope, generation, private, projections)
+
+        def ensuring(*args: Any) -> None:
+            if sent and not landed_at_failure:  # the next slice, the first one in flight
+                landed_at_failure.append(ingest.private.projected(sent[0]))
+                raise ValuesPending("injected: the second slice's values are not ingested yet")
+            ensure(*args)
+
+        monkeypatch.setattr(worker, "_send_all", sending)
+        monkeypatch.setattr(worker, "_ensure_cids", ensuring)
+        outcomes = [worker.handle(m) for m in others]
+        assert "retry" in outcomes and landed_at_failure == [set()]  # it failed mid-flight
+        assert ingest.private.projected(sent[0]) == set(sent[0])  # the slice in flight landed
+        monkeypatch.setattr(worker, "_ensure_cids", ensure)
+        _drain_all(ingest)
         assert_same_relations(ingest.projected_tables(), ingest.local_tables())
 
 

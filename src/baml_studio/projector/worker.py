@@ -27,11 +27,13 @@ import contextlib
 import hashlib
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from baml_studio.catalog.fold_inputs import ExecutionInputs
 from baml_studio.format.errors import BamlStudioError
 from baml_studio.format.ids import value_cid_wire
 from baml_studio.gateway.config import Scope
@@ -277,25 +279,35 @@ class ProjectorWorker:
         private = self.private_store(key.scope)
         generation = self.control.active_generation(key.scope, self.config.catalog_version)
         step = self.config.slice_executions
-        for start in range(0, len(gathered.executions), step):
-            generation = self._project_slice(
-                event, key.scope, generation, reader, private, gathered, start, start + step
-            )
+        sending: _Sending | None = None  # the slice whose batches are in flight
+        try:
+            for start in range(0, len(gathered.executions), step):
+                projections = self._project_slice(event, reader, private, gathered, start, step)
+                if sending is not None:
+                    landing, sending = sending, None
+                    generation = self._land_slice(private, landing)
+                sending = _Sending(self, key.scope, generation, private, projections)
+            if sending is not None:
+                landing, sending = sending, None
+                self._land_slice(private, landing)
+        except BaseException:
+            if sending is not None:  # folding the next slice failed: this one still lands
+                with contextlib.suppress(Exception):  # its own failure is logged; retried
+                    self._land_slice(private, sending)
+            raise
 
     def _project_slice(
         self,
         event: ObjectEvent,
-        scope: Scope,
-        generation: str,
         reader: EvidenceReader,
         private: PrivateStore,
         gathered: Gathered,
         start: int,
-        end: int,
-    ) -> str:
-        """Project executions ``start:end`` of a meta object: values checked, public batches
-        visible, then the private rows (one commit per dataset, the markers last). Returns
-        the generation the batches went to."""
+        step: int,
+    ) -> list[tuple[ExecutionInputs, Projection]]:
+        """Executions ``start:start + step`` of a meta object folded, their values checked.
+        Runs while the previous slice's batches are in flight: the control plane writes one
+        slice while this thread folds the next."""
         projections = [
             (
                 inputs,
@@ -305,11 +317,17 @@ class ProjectorWorker:
                     partition_rows=self.config.partition_rows,
                 ),
             )
-            for inputs in gathered.executions[start:end]
+            for inputs in gathered.executions[start : start + step]
         ]
         wanted = frozenset(cid for _, p in projections for cid in p.value_cids)
         self._ensure_cids(reader, private, wanted, f"meta object {event.key}")
-        kept, generation = self._send_all(scope, generation, private, [p for _, p in projections])
+        return projections
+
+    def _land_slice(self, private: PrivateStore, sending: _Sending) -> str:
+        """A slice's public batches visible, then its private rows (one commit per dataset,
+        the markers last). Returns the generation the batches went to."""
+        kept, generation = sending.result()
+        projections = sending.projections
         private.write_executions(
             [
                 (
@@ -405,3 +423,51 @@ class ProjectorWorker:
         raise InactiveGeneration(
             "the active generation kept changing while projecting", active_generation=None
         )
+
+
+class _Sending:
+    """One slice's public batches on their own thread (:meth:`ProjectorWorker._send_all`),
+    so the worker folds the next slice meanwhile; :meth:`result` waits and returns or
+    raises what the send did."""
+
+    def __init__(
+        self,
+        worker: ProjectorWorker,
+        scope: Scope,
+        generation: str,
+        private: PrivateStore,
+        projections: list[tuple[ExecutionInputs, Projection]],
+    ) -> None:
+        self.projections = projections
+        self._outcome: tuple[set[str], str] | None = None
+        self._error: BaseException | None = None
+        sent = [p for _, p in projections]
+        self._thread = threading.Thread(
+            target=self._run,
+            args=(worker, scope, generation, private, sent),
+            name="projector-send",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def _run(
+        self,
+        worker: ProjectorWorker,
+        scope: Scope,
+        generation: str,
+        private: PrivateStore,
+        sent: list[Projection],
+    ) -> None:
+        try:
+            self._outcome = worker._send_all(scope, generation, private, sent)
+        except BaseException as exc:  # re-raised by result() on the worker's thread
+            self._error = exc
+
+    def result(self) -> tuple[set[str], str]:
+        """The root ids to write and the generation the batches went to."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        if self._outcome is None:
+            raise RuntimeError("a slice's send ended without an outcome")
+        return self._outcome
