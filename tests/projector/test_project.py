@@ -1,8 +1,9 @@
-"""project_execution: determinism, ids, schemas, partitions, private rows, purity."""
+"""project_execution(s): determinism, ids, schemas, partitions, private rows, purity."""
 
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import math
 import socket
 from pathlib import Path
@@ -24,7 +25,7 @@ from projector_fixtures import (
 
 from baml_studio.catalog import LocalStoreSource
 from baml_studio.catalog.fold_arrow import to_table
-from baml_studio.catalog.fold_inputs import ExecutionInputs
+from baml_studio.catalog.fold_inputs import ExecutionInputs, MissingDataSegment
 from baml_studio.catalog.schema import BY_NAME, FUNCTION_DEFINITIONS, HEALTH
 from baml_studio.catalog.split import private_schema
 from baml_studio.control.schemas import PUBLIC_RELATIONS, registered_schema
@@ -38,6 +39,7 @@ from baml_studio.projector.project import (
     batch_id,
     private_rows_schema,
     project_execution,
+    project_executions,
 )
 
 __all__ = ["walk_bucket", "walk_store", "workload_bucket", "workload_store"]
@@ -222,3 +224,49 @@ def test_partitions(n: int, workload_store: Path, workload_cases: list[Case]) ->
                     f"{b.batch_id}:{i}" for b in batches for i in range(b.table.num_rows)
                 ]
                 assert len(set(rows[0]["row_id"].to_pylist())) == full.num_rows
+
+
+# --- many executions at once -------------------------------------------------------------------
+
+
+def private_values(projection: Projection) -> list[tuple[str, Any, list[dict[str, Any]]]]:
+    return [(p.relation, p.table.schema, p.table.to_pylist()) for p in projection.private]
+
+
+@pytest.mark.parametrize("n", [50_000, 3])
+def test_many_executions_at_once_give_each_one_alone(
+    n: int, workload_cases: list[Case], walk_bucket: DirectoryBucket
+) -> None:
+    """``project_executions`` converts and cuts a slice's rows once per relation; every
+    execution still gets the batches (ids and IPC bytes, hence digests) and private rows it
+    gets alone: with and without definitions, as rows or a table, a data gap (index_corrupt)
+    in the middle of the slice, several partitions, executions with no errors beside ones
+    with errors."""
+    items: list[tuple[ExecutionInputs, Any]] = list(workload_cases)
+    items += [(inputs, []) for inputs, _ in cases(walk_bucket)]
+    inputs, definitions = items[3]
+    items[3] = (inputs, to_table(FUNCTION_DEFINITIONS, definitions))
+    inputs, definitions = items[7]
+    assert inputs.meta.ended is not None
+    gap = dataclasses.replace(
+        inputs.data,
+        issues=(*inputs.data.issues, MissingDataSegment(inputs.meta.ended.data_first_seq)),
+    )
+    items[7] = (dataclasses.replace(inputs, data=gap), definitions)
+    together = project_executions(items, partition_rows=n)
+    alone = [project_execution(i, d, partition_rows=n) for i, d in items]
+    assert [p.root_id for p in together] == [i.meta.execution_id for i, _ in items]
+    for one, many in zip(alone, together, strict=True):
+        assert fingerprint_public(many) == fingerprint_public(one)
+        assert private_values(many) == private_values(one)
+        assert many.value_cids == one.value_cids
+    threads = reassemble(together[7])["threads_v1"]
+    assert "index_corrupt" in threads["index_state"].to_pylist()
+    assert "index_corrupt" not in reassemble(together[6])["threads_v1"]["index_state"].to_pylist()
+    assert project_executions([]) == []
+    with pytest.raises(ValueError, match="partition_rows"):
+        project_executions(items, partition_rows=0)
+
+
+def fingerprint_public(projection: Projection) -> list[tuple[str, bytes]]:
+    return [(b.batch_id, ipc(b.table)) for b in projection.public]

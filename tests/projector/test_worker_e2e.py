@@ -117,13 +117,14 @@ def test_the_next_slice_is_folded_while_a_slice_is_in_flight(
         events: list[tuple[str, str]] = []
         first: set[str] = set()
         folded_next = threading.Event()
-        fold, send_all = worker_module.project_execution, worker._send_all
+        fold, send_all = worker_module.project_executions, worker._send_all
 
-        def folding(inputs: Any, *args: Any, **kwargs: Any) -> Any:
-            events.append(("fold", inputs.meta.execution_id))
-            if first and inputs.meta.execution_id not in first:
-                folded_next.set()
-            return fold(inputs, *args, **kwargs)
+        def folding(items: Any, *args: Any, **kwargs: Any) -> Any:
+            for inputs, _ in items:
+                events.append(("fold", inputs.meta.execution_id))
+                if first and inputs.meta.execution_id not in first:
+                    folded_next.set()
+            return fold(items, *args, **kwargs)
 
         def sending(scope: Any, generation: str, private: Any, projections: list[Any]) -> Any:
             if not first and len(projections) == 2:
@@ -132,7 +133,7 @@ def test_the_next_slice_is_folded_while_a_slice_is_in_flight(
                 assert folded_next.wait(30), "the next slice was not folded during the send"
             return send_all(scope, generation, private, projections)
 
-        monkeypatch.setattr(worker_module, "project_execution", folding)
+        monkeypatch.setattr(worker_module, "project_executions", folding)
         monkeypatch.setattr(worker, "_send_all", sending)
         _drain_all(ingest)
         assert folded_next.is_set() and worker.stats.quarantined == 0

@@ -7,8 +7,8 @@ Design and the contracts between the parts: ``docs/projector.md``. Modules:
   from the bucket (one zstd frame each), verified and decoded;
 * :mod:`.gather` — ``gather_root_ended``: for every ``RootEnded`` of one meta object, the
   fold's ``ExecutionInputs`` (meta 1, bounded walk-back, data range, function table);
-* :mod:`.project` — pure ``project_execution``: public batches and private rows with
-  deterministic ids;
+* :mod:`.project` — pure ``project_execution`` (``project_executions`` for a slice): public
+  batches and private rows with deterministic ids;
 * :mod:`.lance_store`, :mod:`.value_paths` — the private Lance datasets;
 * :mod:`.control_client` — the control plane's workload API;
 * :mod:`.messages` — S3 event JSON and evidence keys;

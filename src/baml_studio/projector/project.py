@@ -34,15 +34,22 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from baml_studio.catalog.fold import fold_execution
-from baml_studio.catalog.fold_arrow import to_table
+from baml_studio.catalog.fold import fold_rows
+from baml_studio.catalog.fold_arrow import concat, schema_of, to_table
 from baml_studio.catalog.fold_inputs import (
     CorruptDataSegment,
     ExecutionInputs,
     MissingDataSegment,
 )
 from baml_studio.catalog.handles import Available, decode_handle
-from baml_studio.catalog.schema import CALLS, ERRORS, FUNCTION_DEFINITIONS, THREADS, Relation
+from baml_studio.catalog.schema import (
+    BY_NAME,
+    CALLS,
+    ERRORS,
+    FUNCTION_DEFINITIONS,
+    THREADS,
+    Relation,
+)
 from baml_studio.catalog.split import private_schema, split_table
 from baml_studio.control.schemas import PUBLIC_RELATIONS, registered_schema
 from baml_studio.format.cas import CODEC_VALUE
@@ -115,28 +122,113 @@ def project_execution(
     ``function_definitions_v1`` rows of its engine (dicts, or a table with that relation's
     schema). Raises ``ValueError`` for ``partition_rows < 1`` or a definitions table with
     another schema."""
+    return project_executions([(inputs, definitions)], partition_rows=partition_rows)[0]
+
+
+def project_executions(
+    items: Sequence[tuple[ExecutionInputs, Sequence[Mapping[str, Any]] | pa.Table]],
+    *,
+    partition_rows: int = DEFAULT_PARTITION_ROWS,
+) -> list[Projection]:
+    """:func:`project_execution` of each ``(inputs, definitions)``, in order, with the same
+    batches, ids and rows as one at a time. The executions' rows are converted to Arrow,
+    split and cut once per relation for all of them, and each execution gets zero-copy
+    slices: a conversion has a fixed cost (~60 µs for a relation's 35 columns) that one
+    execution's handful of rows would pay six times over."""
     if partition_rows < 1:
         raise ValueError(f"partition_rows must be at least 1, got {partition_rows}")
-    root_id = inputs.meta.execution_id
-    tables = fold_execution(inputs)
-    if _data_gap(inputs):
-        tables[THREADS.name] = _mark_index_corrupt(tables[THREADS.name], root_id)
-    tables[FUNCTION_DEFINITIONS.name] = _definitions_table(definitions)
-    public: list[PublicBatch] = []
-    private: list[PrivateRows] = []
+    root_ids = [inputs.meta.execution_id for inputs, _ in items]
+    tables, spans = _fold_all(items)
+    value_cids = _value_cids_all(tables, spans)
+    public: list[list[PublicBatch]] = [[] for _ in items]
+    private: list[list[PrivateRows]] = [[] for _ in items]
     for relation in PUBLIC_RELATIONS:
-        table = tables[relation.name].combine_chunks()
+        table = tables[relation.name]
         if table.num_rows == 0:
             continue
         public_half, private_half = split_table(relation, table)
         schema = registered_schema(relation.name)
-        batches = _partitions(root_id, relation.name, public_half, schema, partition_rows)
-        public.extend(batches)
+        exact = pa.Table.from_arrays(public_half.columns, schema=schema)
+        ids: list[str] = []
+        for k, (start, length) in enumerate(spans[relation.name]):
+            if length == 0:
+                continue
+            batches = _partitions(
+                root_ids[k], relation.name, _rows(exact, start, length), n=partition_rows
+            )
+            public[k].extend(batches)
+            ids.extend(row_id(b.batch_id, i) for b in batches for i in range(b.table.num_rows))
         if relation.private_columns():
-            ids = [row_id(b.batch_id, i) for b in batches for i in range(b.table.num_rows)]
-            rows = _private(relation, root_id, ids, private_half)
-            private.append(PrivateRows(relation.name, rows))
-    return Projection(root_id, tuple(public), tuple(private), _value_cids(tables))
+            rows = _private(relation, root_ids, spans[relation.name], ids, private_half)
+            for k, (start, length) in enumerate(spans[relation.name]):
+                if length:
+                    private[k].append(PrivateRows(relation.name, rows.slice(start, length)))
+    return [
+        Projection(root_ids[k], tuple(public[k]), tuple(private[k]), value_cids[k])
+        for k in range(len(items))
+    ]
+
+
+Span = tuple[int, int]
+"""``(start, length)`` of one execution's rows in a relation's table."""
+
+
+def _rows(table: pa.Table, start: int, length: int) -> pa.Table:
+    """Rows ``[start, start + length)`` in buffers of their own. A batch's bytes must not
+    depend on the executions projected with it: the IPC writer writes a zero-copy slice's
+    string data up to the end of the shared buffer and its validity bits as they lie, so a
+    slice would not give the bytes (nor the digest) of the execution projected alone; a
+    ``take`` gives exactly those (property-tested)."""
+    if start == 0 and length == table.num_rows:
+        return table
+    return table.take(pa.array(range(start, start + length), pa.int64()))
+
+
+def _fold_all(
+    items: Sequence[tuple[ExecutionInputs, Sequence[Mapping[str, Any]] | pa.Table]],
+) -> tuple[dict[str, pa.Table], dict[str, list[Span]]]:
+    """Every public relation's rows of all ``items`` as one table each (one chunk per
+    column), and each execution's span in it."""
+    rows: dict[str, list[dict[str, Any]]] = {}
+    spans: dict[str, list[Span]] = {}
+    gaps = []
+    for inputs, _ in items:
+        for name, part in fold_rows(inputs).items():
+            found = rows.setdefault(name, [])
+            spans.setdefault(name, []).append((len(found), len(part)))
+            found.extend(part)
+        if _data_gap(inputs):
+            gaps.append(inputs.meta.execution_id)
+    tables = {name: to_table(BY_NAME[name], part) for name, part in rows.items()}
+    if gaps:
+        tables[THREADS.name] = _mark_index_corrupt(tables[THREADS.name], gaps)
+    tables[FUNCTION_DEFINITIONS.name], spans[FUNCTION_DEFINITIONS.name] = _definitions_all(
+        [definitions for _, definitions in items]
+    )
+    for relation in PUBLIC_RELATIONS:  # none folded (no executions)
+        if relation.name not in tables:
+            tables[relation.name] = schema_of(relation).empty_table()
+            spans[relation.name] = [(0, 0)] * len(items)
+    return tables, spans
+
+
+def _definitions_all(
+    each: Sequence[Sequence[Mapping[str, Any]] | pa.Table],
+) -> tuple[pa.Table, list[Span]]:
+    """The ``function_definitions_v1`` rows each execution carries, as one table."""
+    spans: list[Span] = []
+    if any(isinstance(definitions, pa.Table) for definitions in each):
+        parts = [_definitions_table(definitions) for definitions in each]
+        start = 0
+        for part in parts:
+            spans.append((start, part.num_rows))
+            start += part.num_rows
+        return concat(FUNCTION_DEFINITIONS, parts), spans
+    rows: list[Mapping[str, Any]] = []
+    for definitions in each:
+        spans.append((len(rows), len(definitions)))
+        rows.extend(definitions)
+    return to_table(FUNCTION_DEFINITIONS, rows), spans
 
 
 def _data_gap(inputs: ExecutionInputs) -> bool:
@@ -147,12 +239,13 @@ def _data_gap(inputs: ExecutionInputs) -> bool:
     )
 
 
-def _mark_index_corrupt(threads: pa.Table, root_id: str) -> pa.Table:
-    """The root thread row says ``index_corrupt``: the contract marks every execution whose
-    data range crosses a gap in the bucket so (the local catalog keeps ``index_state`` for
-    the meta plane and reports the data issue in ``health_v1`` only; both are projected)."""
+def _mark_index_corrupt(threads: pa.Table, root_ids: Sequence[str]) -> pa.Table:
+    """The root thread rows of ``root_ids`` say ``index_corrupt``: the contract marks every
+    execution whose data range crosses a gap in the bucket so (the local catalog keeps
+    ``index_state`` for the meta plane and reports the data issue in ``health_v1`` only; both
+    are projected)."""
     index = threads.schema.get_field_index("index_state")
-    root = pc.equal(threads.column("thread_id"), pa.scalar(root_id, pa.string()))
+    root = pc.is_in(threads.column("thread_id"), pa.array(root_ids, pa.string()))
     states = pc.if_else(root, pa.scalar("index_corrupt", pa.string()), threads.column(index))
     return threads.set_column(index, threads.schema.field(index), states)
 
@@ -168,11 +261,10 @@ def _definitions_table(definitions: Sequence[Mapping[str, Any]] | pa.Table) -> p
     return to_table(FUNCTION_DEFINITIONS, definitions)
 
 
-def _partitions(
-    root_id: str, relation: str, table: pa.Table, schema: pa.Schema, n: int
-) -> list[PublicBatch]:
-    exact = pa.Table.from_arrays(table.columns, schema=schema)
-    if exact.num_rows <= n:  # one partition: the table itself (one chunk per column)
+def _partitions(root_id: str, relation: str, exact: pa.Table, *, n: int) -> list[PublicBatch]:
+    """One execution's rows of a relation (``exact``: the registered schema, one chunk per
+    column) cut into batches of at most ``n`` rows."""
+    if exact.num_rows <= n:  # one partition: the table itself
         return [PublicBatch(relation, 0, batch_id(root_id, relation, 0), root_id, exact)]
     out = []
     for partition, start in enumerate(range(0, exact.num_rows, n)):
@@ -183,22 +275,37 @@ def _partitions(
     return out
 
 
-def _private(relation: Relation, root_id: str, ids: list[str], half: pa.Table) -> pa.Table:
+def _private(
+    relation: Relation,
+    root_ids: Sequence[str],
+    spans: Sequence[Span],
+    ids: list[str],
+    half: pa.Table,
+) -> pa.Table:
+    """``row_id``, ``execution_id`` and the private half, row for row; ``execution_id`` is
+    the root id each row travels with when the relation has no such column."""
     schema = private_rows_schema(relation)
     columns = {name: half[name] for name in half.column_names}
     columns["row_id"] = pa.chunked_array([pa.array(ids, pa.string())])
     if "execution_id" not in columns:
-        columns["execution_id"] = pa.chunked_array([pa.array([root_id] * len(ids), pa.string())])
+        owners = [
+            root for root, (_, length) in zip(root_ids, spans, strict=True) for _ in range(length)
+        ]
+        columns["execution_id"] = pa.chunked_array([pa.array(owners, pa.string())])
     return pa.Table.from_arrays([columns[f.name] for f in schema], schema=schema).combine_chunks()
 
 
-def _value_cids(tables: Mapping[str, pa.Table]) -> frozenset[bytes]:
-    cids: set[bytes] = set()
+def _value_cids_all(
+    tables: Mapping[str, pa.Table], spans: Mapping[str, Sequence[Span]]
+) -> list[frozenset[bytes]]:
+    """Per execution, the codec-1 values its value columns hold as available handles."""
+    cids: list[set[bytes]] = [set() for _ in spans[THREADS.name]]
     for name, columns in VALUE_COLUMNS.items():
-        table = tables[name]
         for column in columns:
-            cids.update(_available(table[column].to_pylist()))
-    return frozenset(cids)
+            handles = tables[name][column].to_pylist()
+            for k, (start, length) in enumerate(spans[name]):
+                cids[k].update(_available(handles[start : start + length]))
+    return [frozenset(found) for found in cids]
 
 
 def _available(handles: Iterable[bytes | None]) -> Iterable[bytes]:
@@ -218,5 +325,6 @@ __all__ = [
     "batch_id",
     "private_rows_schema",
     "project_execution",
+    "project_executions",
     "row_id",
 ]

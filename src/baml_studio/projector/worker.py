@@ -61,7 +61,7 @@ from baml_studio.projector.messages import (
     parse_evidence_key,
     parse_notification,
 )
-from baml_studio.projector.project import Projection, project_execution
+from baml_studio.projector.project import Projection, project_executions
 from baml_studio.publisher.errors import PackError
 from baml_studio.publisher.pack import decode_pack
 from baml_studio.queue.errors import ReceiptInvalid
@@ -308,17 +308,15 @@ class ProjectorWorker:
         """Executions ``start:start + step`` of a meta object folded, their values checked.
         Runs while the previous slice's batches are in flight: the control plane writes one
         slice while this thread folds the next."""
-        projections = [
-            (
-                inputs,
-                project_execution(
-                    inputs,
-                    gathered.definitions.get(inputs.meta.execution_id, []),
-                    partition_rows=self.config.partition_rows,
-                ),
-            )
-            for inputs in gathered.executions[start : start + step]
-        ]
+        executions = gathered.executions[start : start + step]
+        folded = project_executions(
+            [
+                (inputs, gathered.definitions.get(inputs.meta.execution_id, []))
+                for inputs in executions
+            ],
+            partition_rows=self.config.partition_rows,
+        )
+        projections = list(zip(executions, folded, strict=True))
         wanted = frozenset(cid for _, p in projections for cid in p.value_cids)
         self._ensure_cids(reader, private, wanted, f"meta object {event.key}")
         return projections
