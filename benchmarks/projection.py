@@ -64,9 +64,9 @@ from baml_studio.projector.evidence import EvidenceReader
 from baml_studio.projector.gather import gather_root_ended
 from baml_studio.projector.loop import run_projector
 from baml_studio.projector.messages import parse_evidence_key
-from baml_studio.projector.project import project_execution
+from baml_studio.projector.project import project_executions
 from baml_studio.projector.service import Projector, ProjectorConfig, open_projector
-from baml_studio.projector.worker import ProjectorWorker
+from baml_studio.projector.worker import ProjectorWorker, WorkerConfig
 from baml_studio.publisher import Publisher
 from baml_studio.queue.config import QueueSettings
 from baml_studio.queue.sqlite import SqliteQueue
@@ -153,9 +153,13 @@ def pure_baseline(projector: Projector) -> tuple[float, float, int]:
         if evidence.euid is None or evidence.sequence is None:
             raise SystemExit(f"not a meta segment key: {key}")
         gathered = gather_root_ended(reader, evidence.euid, evidence.sequence)
-        for inputs in gathered.executions:
-            project_execution(inputs, gathered.definitions.get(inputs.meta.execution_id, []))
-            executions += 1
+        step = WorkerConfig().slice_executions  # as the worker does: a slice at a time
+        for start in range(0, len(gathered.executions), step):
+            chunk = gathered.executions[start : start + step]
+            project_executions(
+                [(i, gathered.definitions.get(i.meta.execution_id, [])) for i in chunk]
+            )
+            executions += len(chunk)
     return time.perf_counter() - wall0, time.process_time() - cpu0, executions
 
 

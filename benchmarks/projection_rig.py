@@ -9,7 +9,7 @@
 * :class:`Resident` — ``SELECT count(*) FROM calls_v1`` through ``POST /query-snapshots`` and
   ``POST /resident-queries``, as a client of the workload API;
 * :class:`Phases` — wall time of the worker's steps, summed over threads, by wrapping the
-  functions the worker module calls (``gather_root_ended``, ``project_execution``) and the
+  functions the worker module calls (``gather_root_ended``, ``project_executions``) and the
   control client and private store it holds.
 
 Nothing here imports from ``tests/``.
@@ -203,7 +203,7 @@ class Phases:
     """Wall seconds and calls per step of the worker, summed over threads (a call is counted
     when it returns).
 
-    :meth:`install` wraps ``gather_root_ended`` and ``project_execution`` in the worker module's
+    :meth:`install` wraps ``gather_root_ended`` and ``project_executions`` in the worker module's
     namespace (the names it calls), ``ProjectorWorker.ingest_pack`` / ``_ensure_cids``, and the
     control client's, queue's and private store's methods on the instances the ``Projector``
     shares with its workers; :meth:`uninstall` restores them.
@@ -260,7 +260,10 @@ class Phases:
 
         scope_store = projector.private_store(SCOPE)
         self._patch(worker_module, "gather_root_ended", "gather (bucket reads + decode)")
-        self._patch(worker_module, "project_execution", "project (fold + split, pure)")
+        if hasattr(worker_module, "project_executions"):  # a slice a call (older: one execution)
+            self._patch(worker_module, "project_executions", "project (fold + split, pure)")
+        else:
+            self._patch(worker_module, "project_execution", "project (fold + split, pure)")
         self._patch(projector.control, "put_batches", "control plane: PUT batches")
         self._patch(projector.control, "active_generation", "control plane: generation")
         self._patch(scope_store, "write_executions", "Lance: private rows + markers")
