@@ -122,6 +122,7 @@ def test_ingest_rejects_a_cid_that_does_not_match_its_body(store: PrivateStore) 
     with pytest.raises(PrivateStoreError, match="not a value CID"):
         store.ingest_values([("cid-1", 1, b"x", "p")])
     assert store.open_dataset(VALUES) is None  # nothing of the bad batch was written
+    assert store.ingest_values([good], verified=False) == 1  # the check is the default
 
 
 def test_undecodable_bodies_get_a_corrupt_marker_and_other_codecs_no_paths(

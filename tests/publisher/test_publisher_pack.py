@@ -12,7 +12,7 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from baml_studio.format.cas import encode_cas_object
+from baml_studio.format.cas import decode_cas_object, encode_cas_object
 from baml_studio.publisher.errors import (
     PackBadMagic,
     PackEntryInvalid,
@@ -44,6 +44,8 @@ def test_round_trip(raw_bodies: list[bytes]) -> None:
     assert {e.raw for e in pack.entries} == set(files)
     assert [e.cid for e in pack.entries] == sorted({e.cid for e in pack.entries})
     assert {e.decode().body for e in pack.entries} == set(raw_bodies)
+    for e in pack.entries:  # the verified body, the same object as decoding the file gives
+        assert e.decode() == decode_cas_object(e.raw) and e.body == e.decode().body
 
 
 def _golden_section() -> str:

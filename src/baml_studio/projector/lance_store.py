@@ -237,18 +237,23 @@ class PrivateStore:
 
     # --- values ---------------------------------------------------------------------------
 
-    def ingest_values(self, entries: Iterable[tuple[str, int, bytes, str]]) -> int:
+    def ingest_values(
+        self, entries: Iterable[tuple[str, int, bytes, str]], *, verified: bool = False
+    ) -> int:
         """Store ``(cid, codec, body, locator)`` entries whose cid is new; return how many.
 
         Duplicates within the call keep the first entry; every cid must be the wire CID of its
-        codec and body. The path rows of the new codec-1 values are written first, then the
-        values (so a value present in ``values_v1`` always has its paths); a body that does not
-        decode is stored without path rows.
+        codec and body (checked here, unless the caller says it is ``verified``: a pack's
+        entries, which :func:`~baml_studio.publisher.pack.decode_pack` checked). The path rows
+        of the new codec-1 values are written first, then the values (so a value present in
+        ``values_v1`` always has its paths); a body that does not decode is stored without path
+        rows.
         """
         batch: dict[str, tuple[int, bytes, str]] = {}
         for cid, codec, body, locator in entries:
             if cid not in batch:
-                _check_cid(cid, codec, body)
+                if not verified:
+                    _check_cid(cid, codec, body)
                 batch[cid] = (codec, bytes(body), locator)
         if not batch:
             return 0

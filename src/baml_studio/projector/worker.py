@@ -256,10 +256,10 @@ class ProjectorWorker:
         except PackError as exc:
             raise Quarantine(event.key, f"malformed pack: {exc}") from exc
         entries = [
-            (value_cid_wire(e.cid), e.codec, e.decode().body, f"{event.key}#{i}")
+            (value_cid_wire(e.cid), e.codec, e.body, f"{event.key}#{i}")
             for i, e in enumerate(pack.entries)
-        ]
-        added = self.private_store(key.scope).ingest_values(entries)
+        ]  # decode_pack verified every entry's CID against its codec and body
+        added = self.private_store(key.scope).ingest_values(entries, verified=True)
         self.stats.packs += 1
         self.stats.values += added
 

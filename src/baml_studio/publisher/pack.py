@@ -65,9 +65,12 @@ class PackEntry:
     """The whole ``.bamlvalue`` file."""
     sha256: str
     """SHA-256 of ``raw``, 64 lowercase hex."""
+    body: bytes
+    """The value's body, as ``raw`` holds it (verified with the pack: its CID is ``cid``)."""
 
     def decode(self) -> CasObject:
-        return decode_cas_object(self.raw)
+        """The CAS object of ``raw``, verified when the pack was (not decoded again)."""
+        return CasObject(self.codec, self.cid, self.body)
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,4 +267,4 @@ def _verify_entry(row: dict[str, Any], cid: bytes, raw: bytes) -> PackEntry:
         raise PackEntryInvalid(
             f"entry {row['cid']} holds CID {obj.cid.hex()} codec {obj.codec}; manifest disagrees"
         )
-    return PackEntry(cid, obj.codec, raw, row["sha256"])
+    return PackEntry(cid, obj.codec, raw, row["sha256"], obj.body)
