@@ -16,6 +16,7 @@ from sqlglot import exp
 from baml_studio.catalog.schema import RELATIONS as ALL_RELATIONS
 from baml_studio.catalog.split import private_schema, public_schema
 from baml_studio.control.facts import FactStore, ddl, relation_select_sql, schema_sql
+from baml_studio.control.facts.config import FactStoreConfig
 from baml_studio.control.facts.ddl import (
     INTERNAL_COLUMNS,
     LOW_CARDINALITY,
@@ -314,3 +315,60 @@ def test_in_lists_write_what_sqlglot_writes(columns: list[str], data: st.DataObj
         assert ddl.eq_sql(columns[0], flat[0]) == column.eq(exp.Literal.string(flat[0])).sql(
             dialect="clickhouse"
         )
+
+
+def merge_bases(dsn: str, database: str) -> dict[str, str | None]:
+    """``merge_selector_base`` of each table of ``database`` as its DDL says (None: unset)."""
+    client = clickhouse_connect.get_client(dsn=dsn)
+    try:
+        rows = client.query(
+            f"SELECT name, create_table_query FROM system.tables WHERE database = '{database}'"
+        ).result_rows
+    finally:
+        client.close()
+    found = {}
+    for name, ddl_text in rows:
+        setting = [p for p in ddl_text.split(", ") if "merge_selector_base" in p]
+        found[name] = setting[0].split("= ")[-1].split()[0] if setting else None
+    return found
+
+
+def test_relation_tables_merge_with_the_configured_selector_base(
+    chdb_dsn: str, fact_database: str
+) -> None:
+    """Every relation table gets ``merge_selector_base`` (20 by default), one created before
+    the setting too; the ledger keeps the server's; ``None`` sets nothing."""
+    client = clickhouse_connect.get_client(dsn=chdb_dsn)
+    try:  # a table from before the setting
+        client.command(f"CREATE DATABASE IF NOT EXISTS {fact_database}")
+        client.command(create_table_sql(RELATIONS["calls_v1"], fact_database))
+    finally:
+        client.close()
+    assert merge_bases(chdb_dsn, fact_database) == {"calls_v1": None}
+    with open_store(chdb_dsn, fact_database) as store:
+        bases = merge_bases(chdb_dsn, fact_database)
+        assert {name: bases[name] for name in RELATIONS} == dict.fromkeys(RELATIONS, "20")
+        assert bases["projection_batches"] is None
+        assert store.put_batch(key("calls_v1", "r1"), sample_rows("calls_v1"), "d").state == (
+            "created"
+        )
+    with open_store(chdb_dsn, fact_database, merge_selector_base=None):
+        assert set(merge_bases(chdb_dsn, fact_database).values()) == {None}
+    assert "merge_selector_base = 7.5" in create_table_sql(
+        RELATIONS["health_v1"], "db", merge_selector_base=7.5
+    )
+    with pytest.raises(ValueError, match="merge_selector_base"):
+        FactStoreConfig(dsn=chdb_dsn, merge_selector_base=1)
+
+
+def test_a_server_without_the_merge_setting_keeps_its_own(
+    chdb_dsn: str, fact_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An older server that does not list ``merge_selector_base`` would refuse a table that
+    names it: the store creates its tables without it."""
+    monkeypatch.setattr(
+        "baml_studio.control.facts.store.MERGE_SETTING_PROBE",
+        "SELECT count() FROM system.merge_tree_settings WHERE name = 'no_such_setting'",
+    )
+    with open_store(chdb_dsn, fact_database):
+        assert set(merge_bases(chdb_dsn, fact_database).values()) == {None}

@@ -185,8 +185,11 @@ def create_database_sql(database: str) -> str:
     return f"CREATE DATABASE IF NOT EXISTS {ident(_database(database))}"
 
 
-def create_table_sql(relation: Relation, database: str) -> str:
-    """``CREATE TABLE IF NOT EXISTS`` for one public relation."""
+def create_table_sql(
+    relation: Relation, database: str, *, merge_selector_base: float | None = None
+) -> str:
+    """``CREATE TABLE IF NOT EXISTS`` for one public relation; ``merge_selector_base`` (a
+    MergeTree setting, left out when ``None``: a server that does not know it)."""
     columns = table_columns(relation)
     lines = [f"{ident(name)} {type_}" for name, type_ in columns]
     names = {name for name, _ in columns}
@@ -201,7 +204,22 @@ def create_table_sql(relation: Relation, database: str) -> str:
     return (
         f"CREATE TABLE IF NOT EXISTS {qualified(database, relation.name)} (\n    {body}\n)\n"
         f"ENGINE = MergeTree\nORDER BY ({', '.join(sort_key(relation))})"
-        + ("\nSETTINGS allow_nullable_key = 1" if nullable_key(relation) else "")
+        + _settings_clause(relation, merge_selector_base)
+    )
+
+
+def _settings_clause(relation: Relation, merge_selector_base: float | None) -> str:
+    settings = ["allow_nullable_key = 1"] if nullable_key(relation) else []
+    if merge_selector_base is not None:
+        settings.append(f"merge_selector_base = {merge_selector_base:g}")
+    return "\nSETTINGS " + ", ".join(settings) if settings else ""
+
+
+def merge_setting_sql(relation: Relation, database: str, merge_selector_base: float) -> str:
+    """The fact table's ``merge_selector_base`` set on a table that already exists."""
+    return (
+        f"ALTER TABLE {qualified(database, relation.name)} "
+        f"MODIFY SETTING merge_selector_base = {merge_selector_base:g}"
     )
 
 
@@ -217,11 +235,27 @@ def create_ledger_sql(database: str) -> str:
     )
 
 
-def schema_sql(database: str) -> list[str]:
-    """Every statement :meth:`FactStore.ensure_schema` runs, in order (all idempotent)."""
+MERGE_SETTING_PROBE = (
+    "SELECT count() FROM system.merge_tree_settings WHERE name = 'merge_selector_base'"
+)
+"""Whether the server knows ``merge_selector_base`` (an older one would refuse the table)."""
+
+
+def schema_sql(database: str, *, merge_selector_base: float | None = None) -> list[str]:
+    """Every statement :meth:`FactStore.ensure_schema` runs, in order (all idempotent): with a
+    ``merge_selector_base``, each fact table gets it (also one created before the setting)."""
+    merge = (
+        [merge_setting_sql(r, database, merge_selector_base) for r in PUBLIC_RELATIONS]
+        if merge_selector_base is not None
+        else []
+    )
     return [
         create_database_sql(database),
-        *(create_table_sql(r, database) for r in PUBLIC_RELATIONS),
+        *(
+            create_table_sql(r, database, merge_selector_base=merge_selector_base)
+            for r in PUBLIC_RELATIONS
+        ),
+        *merge,
         create_ledger_sql(database),
         # a ledger created before intents existed: its rows are all visible ones
         f"ALTER TABLE {qualified(database, LEDGER_TABLE)} "

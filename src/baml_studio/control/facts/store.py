@@ -44,6 +44,7 @@ from baml_studio.control.facts.config import FactStoreConfig
 from baml_studio.control.facts.connection import ClientPool, Connector, translate
 from baml_studio.control.facts.ddl import (
     LEDGER_TABLE,
+    MERGE_SETTING_PROBE,
     in_list_sql,
     public_relation,
     schema_sql,
@@ -136,9 +137,19 @@ class FactStore:
         self._admit = admission
 
     def ensure_schema(self) -> None:
-        """Create the database, the six relation tables and the ledger (idempotent)."""
-        for statement in schema_sql(self.config.database):
+        """Create the database, the six relation tables and the ledger (idempotent); the
+        relation tables get ``merge_selector_base`` when the server knows the setting."""
+        base = self.config.merge_selector_base
+        if base is not None and not self._knows_merge_setting():
+            base = None
+        for statement in schema_sql(self.config.database, merge_selector_base=base):
             self._tables.command("ensure_schema", statement)
+
+    def _knows_merge_setting(self) -> bool:
+        rows = self._tables.run(
+            "ensure_schema", lambda client: client.query(MERGE_SETTING_PROBE).result_rows
+        )
+        return bool(rows and int(rows[0][0]))
 
     # ----------------------------------------------------------------------------- writes
 
