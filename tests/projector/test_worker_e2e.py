@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -100,6 +102,25 @@ def test_a_meta_object_projected_in_slices_equals_the_local_catalog(
         assert slices and max(slices) <= 2
         assert sum(slices) == ingest.worker.stats.executions > 2
         assert_same_relations(ingest.projected_tables(), ingest.local_tables())
+
+
+def test_the_log_has_a_line_a_message_not_a_line_a_batch(
+    tmp_path: Path, chdb_dsn: str, fact_database: str, workload_store: Path, caplog: Any
+) -> None:
+    """At INFO the projector says what each pack and meta object came to; each batch's
+    answer is DEBUG (a 100,000-call run sends ~62,000)."""
+    caplog.set_level(logging.INFO, logger="baml_studio.projector")
+    with ingest_path(tmp_path, chdb_dsn, fact_database, workload_store) as ingest:
+        _drain_all(ingest)
+        stats = ingest.worker.stats
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert not [line for line in lines if line.startswith("projection batch")]
+    metas = [re.search(r"(\d+) executions projected, (\d+) batches", x) for x in lines]
+    counts = [(int(m[1]), int(m[2])) for m in metas if m]
+    assert sum(e for e, _ in counts) == stats.executions > 0
+    assert all(b >= e for e, b in counts)  # every execution has a threads_v1 batch
+    packs = [x for x in lines if x.startswith("pack ") and " values, " in x]
+    assert len(packs) == stats.packs > 0
 
 
 def test_the_next_slice_is_folded_while_a_slice_is_in_flight(

@@ -350,7 +350,7 @@ class ControlClient:
 
     def _acked(self, request: BatchRequest, response: httpx.Response) -> BatchAck:
         ack = _batch_ack(response)
-        log.info(
+        log.debug(  # one a batch: the worker logs one line a message at INFO
             "projection batch %s status=%d rows=%d generation=%s",
             request.context,
             ack.status,

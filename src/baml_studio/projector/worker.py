@@ -262,6 +262,7 @@ class ProjectorWorker:
         added = self.private_store(key.scope).ingest_values(entries, verified=True)
         self.stats.packs += 1
         self.stats.values += added
+        log.info("pack %s: %d values, %d of them new", event.key, len(entries), added)
 
     def project_meta(self, event: ObjectEvent, key: EvidenceKey) -> None:
         if key.euid is None or key.sequence is None:
@@ -280,9 +281,11 @@ class ProjectorWorker:
         generation = self.control.active_generation(key.scope, self.config.catalog_version)
         step = self.config.slice_executions
         sending: _Sending | None = None  # the slice whose batches are in flight
+        began, projected, batches = time.monotonic(), self.stats.executions, 0
         try:
             for start in range(0, len(gathered.executions), step):
                 projections = self._project_slice(event, reader, private, gathered, start, step)
+                batches += sum(len(p.public) for _, p in projections)
                 if sending is not None:
                     landing, sending = sending, None
                     generation = self._land_slice(private, landing)
@@ -295,6 +298,13 @@ class ProjectorWorker:
                 with contextlib.suppress(Exception):  # its own failure is logged; retried
                     self._land_slice(private, sending)
             raise
+        log.info(
+            "meta object %s: %d executions projected, %d batches visible, in %.1fs",
+            event.key,
+            self.stats.executions - projected,
+            batches,
+            time.monotonic() - began,
+        )
 
     def _project_slice(
         self,
