@@ -6,9 +6,12 @@ import errno
 import threading
 from pathlib import Path
 
+import pytest
 from readback import load
 
 from baml_studio.format.records import (
+    ROOT_ENDED_FLAG_ROOT_STARTED_LOST,
+    RootStarted,
     RootStatus,
     SpanStart,
     ValueAvailable,
@@ -290,3 +293,36 @@ def test_an_indeterminate_segment_costs_nothing_else_of_its_cycle(store_root: Pa
     assert scan.corruptions == ()
     assert len(scan.executions) == 3
     assert all(r.started is not None and r.ended is not None for r in scan.executions)
+
+
+def test_an_internal_error_publishing_root_started_loses_it_openly(
+    store_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unexpected error while publishing a cycle's RootStarted records (counted as an
+    internal error; the app is unaffected) is a failed publication: the RootEnded says its
+    RootStarted was lost, and the engine is announced in a later meta object, as when the
+    store refuses the batch. Nothing is dropped without a trace."""
+    prof = _profiler(store_root)
+    consumer = prof.consumer
+    publish_meta = consumer._publish_meta
+    failed: list[object] = []
+
+    def failing(records: list[object]) -> bool:
+        if not failed and any(isinstance(r, RootStarted) for r in records):
+            failed.append(records)
+            raise RuntimeError("injected: the meta batch could not be encoded")
+        return publish_meta(records)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(consumer, "_publish_meta", failing)
+    assert root(3) == 3
+    prof.flush()
+    assert root(2) == 2
+    prof.close()
+    assert failed and prof.stats.internal_errors == 1
+    view = load(store_root)
+    assert len(view.engines) == 1  # announced in the next cycle
+    ended = [ex.ended for ex in view.executions.values()]
+    assert len(ended) == 2 and all(e is not None for e in ended)
+    lost = [e for e in ended if e is not None and e.flags & ROOT_ENDED_FLAG_ROOT_STARTED_LOST]
+    started = [ex for ex in view.executions.values() if ex.started is not None]
+    assert len(lost) == 1 and len(started) == 1

@@ -399,18 +399,28 @@ class Consumer:
         roots, self.roots = self.roots, []
         if not engines and not roots:
             return
-        records: list[MetaRecord] = [self._engine_record(e) for e in engines]
-        records += [RootStarted(b.ex.root, b.ex.started_ns, b.ex.runtime_id) for b in roots]
-        if self._gate_closed():
-            self.terminal_meta.extend(records)
+        try:
+            records: list[MetaRecord] = [self._engine_record(e) for e in engines]
+            records += [RootStarted(b.ex.root, b.ex.started_ns, b.ex.runtime_id) for b in roots]
+            if self._gate_closed():
+                self.terminal_meta.extend(records)
+                return
+            published = self._publish_meta(records)
+        except BaseException:  # an internal error is a failed publication, not a silent drop
+            self._meta_pre_failed(engines, roots)
+            raise
+        if not published:
+            self._meta_pre_failed(engines, roots)
             return
-        if self._publish_meta(records):
-            for buf in roots:
-                buf.root_started_published = True
-        else:
-            self.engines = engines + self.engines
-            for buf in roots:
-                buf.root_started_lost = True
+        for buf in roots:
+            buf.root_started_published = True
+
+    def _meta_pre_failed(self, engines: list[EngineState], roots: list[Buffer]) -> None:
+        """The engines are announced in a later cycle; the roots' RootEnded will say their
+        RootStarted was lost."""
+        self.engines = engines + self.engines
+        for buf in roots:
+            buf.root_started_lost = True
 
     def _group(self, buf: Buffer, cas_losses: dict[bytes, ValueLossReason]) -> DataGroup | None:
         facts: list[Fact] = []
