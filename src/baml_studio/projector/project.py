@@ -1,9 +1,10 @@
 """One execution's public batches and private rows. Pure: no I/O, no clock, no randomness.
 
-:func:`project_execution` folds the execution (:func:`baml_studio.catalog.fold.fold_execution`),
-adds its engine's ``function_definitions_v1`` rows, and cuts every public relation in two
-with :func:`baml_studio.catalog.split.split_table`. Ids (``docs/projector.md``, system contract
-"Idempotency"):
+:func:`project_execution` folds the execution (:func:`baml_studio.catalog.fold.fold_rows`,
+the rows of ``fold_execution``), adds its engine's ``function_definitions_v1`` rows, and cuts
+every public relation in two with :func:`baml_studio.catalog.split.split_table`;
+:func:`project_executions` does the same for a slice of executions at once. Ids
+(``docs/projector.md``, system contract "Idempotency"):
 
 * ``root_id`` — the execution id (the root thread's wire id);
 * ``batch_id = f"{root_id}.{relation}.{partition}"``; partition ``p`` holds rows
@@ -132,9 +133,9 @@ def project_executions(
 ) -> list[Projection]:
     """:func:`project_execution` of each ``(inputs, definitions)``, in order, with the same
     batches, ids and rows as one at a time. The executions' rows are converted to Arrow,
-    split and cut once per relation for all of them, and each execution gets zero-copy
-    slices: a conversion has a fixed cost (~60 µs for a relation's 35 columns) that one
-    execution's handful of rows would pay six times over."""
+    split and cut once per relation for all of them (each step has a fixed cost that one
+    execution's handful of rows would pay six times over); each execution's batches get its
+    rows in buffers of their own (:func:`_rows`), its private rows are zero-copy slices."""
     if partition_rows < 1:
         raise ValueError(f"partition_rows must be at least 1, got {partition_rows}")
     root_ids = [inputs.meta.execution_id for inputs, _ in items]
