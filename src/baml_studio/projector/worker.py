@@ -299,7 +299,7 @@ class ProjectorWorker:
                     self._land_slice(private, sending)
             raise
         log.info(
-            "meta object %s: %d executions projected, %d batches visible, in %.1fs",
+            "meta object %s: %d executions projected, %d batches sent, in %.1fs",
             event.key,
             self.stats.executions - projected,
             batches,
