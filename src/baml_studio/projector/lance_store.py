@@ -244,7 +244,8 @@ class PrivateStore:
 
         Duplicates within the call keep the first entry; every cid must be the wire CID of its
         codec and body (checked here, unless the caller says it is ``verified``: a pack's
-        entries, which :func:`~baml_studio.publisher.pack.decode_pack` checked). The path rows
+        entries, which :func:`~baml_studio.publisher.pack.decode_pack` checked, or a CAS object
+        read with :meth:`~.evidence.EvidenceReader.cas_value`). The path rows
         of the new codec-1 values are written first, then the values (so a value present in
         ``values_v1`` always has its paths); a body that does not decode is stored without path
         rows.

@@ -407,8 +407,8 @@ class ProjectorWorker:
             except EvidenceMissing:
                 continue
             found.append((cid_text, obj.codec, obj.body, f"cas:{cid_text}"))
-        if found:
-            private.ingest_values(found)
+        if found:  # cas_value verified each object against the CID it was asked for
+            private.ingest_values(found, verified=True)
         still = missing - {entry[0] for entry in found}
         if still:
             raise ValuesPending(f"{what}: {len(still)} values not ingested yet")
