@@ -59,9 +59,13 @@ def sleeps() -> Sleeps:
     return Sleeps()
 
 
-@pytest.fixture
-def store(tmp_path: Path, sleeps: Sleeps) -> PrivateStore:
-    return PrivateStore(local_root(tmp_path), clock=lambda: T0, sleep=sleeps)
+@pytest.fixture(params=["remembered", "scanned", "mixed"])
+def store(tmp_path: Path, sleeps: Sleeps, request: pytest.FixtureRequest) -> PrivateStore:
+    """Each test three times: fragment keys remembered (the default budget), none remembered
+    (every presence check a filtered scan), and a budget of 5 keys (small fragments
+    remembered and evicted, larger ones scanned)."""
+    budget = {"remembered": 1_000_000, "scanned": 0, "mixed": 5}[request.param]
+    return PrivateStore(local_root(tmp_path), clock=lambda: T0, sleep=sleeps, key_cache_keys=budget)
 
 
 def table(store: PrivateStore, name: str, version: int | None = None) -> pa.Table:

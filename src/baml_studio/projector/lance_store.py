@@ -73,8 +73,8 @@ from baml_studio.catalog.split import private_schema
 from baml_studio.format.errors import ValueCorrupt
 from baml_studio.format.ids import InvalidWireId, parse_value_cid_wire, value_cid
 from baml_studio.projector.errors import LanceCommitFailed, ProjectorError
+from baml_studio.projector.fragment_keys import FragmentKeys
 from baml_studio.projector.value_paths import (
-    VALUE_PATHS_SCHEMA,
     corrupt_row,
     leaf_rows,
     paths_table,
@@ -114,6 +114,8 @@ INDEXES: dict[str, tuple[tuple[str, IndexType], ...]] = {
 }
 """Scalar indexes :meth:`PrivateStore.compact` builds: ``(column, index type)`` per dataset."""
 IN_LIST_CHUNK = 1000
+DEFAULT_KEY_CACHE_KEYS = 1_000_000
+"""Keys of fragments remembered per store (:class:`~.fragment_keys.FragmentKeys`), ~150 MB."""
 DEFAULT_MAX_ATTEMPTS = 6
 DEFAULT_BACKOFF_S = 0.05
 MAX_BACKOFF_S = 2.0
@@ -214,6 +216,7 @@ class PrivateStore:
         sleep: Callable[[float], None] = time.sleep,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         backoff_s: float = DEFAULT_BACKOFF_S,
+        key_cache_keys: int = DEFAULT_KEY_CACHE_KEYS,
     ) -> None:
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
@@ -226,6 +229,7 @@ class PrivateStore:
         self._sleep = sleep
         self._max_attempts = max_attempts
         self._backoff_s = backoff_s
+        self._keys = FragmentKeys(key_cache_keys)
 
     @property
     def root_uri(self) -> str:
@@ -270,7 +274,9 @@ class PrivateStore:
                 except ValueCorrupt:  # indexed as undecidable, so index lookups keep it
                     rows.append(corrupt_row(cid))
             if rows:
-                self._commit_locked(VALUE_PATHS, self._append_new_cids(paths_table(rows)))
+                self._commit_locked(
+                    VALUE_PATHS, self._merge(VALUE_PATHS, paths_table(rows), "cid", update=False)
+                )
             values = pa.Table.from_pydict(
                 {
                     "cid": new,
@@ -510,44 +516,48 @@ class PrivateStore:
             raise CommitConflictError(f"{self.uri(name)} was created concurrently") from exc
 
     def _merge(self, name: str, table: pa.Table, on: str, *, update: bool) -> Write:
-        """Insert the rows whose ``on`` key is absent; with ``update``, replace the others."""
+        """Insert the rows whose ``on`` key is absent; with ``update``, replace the others.
+
+        Which keys are there comes from the remembered fragment keys (:meth:`_present`): rows
+        whose keys are all new (a first projection, new values) are appended as one fragment;
+        only an update of keys already there (a redelivery) takes Lance's ``merge_insert``,
+        whose join reads the key column of every fragment. Without ``update``, ``on`` need
+        not be unique: every row of an absent key is appended (``value_paths_v1``: a crash
+        after an earlier append of the same cids committed all of their rows, or none)."""
 
         def write(ds: lance.LanceDataset | None) -> None:
             if ds is None:
                 self._create(name, table)
                 return
-            builder = ds.merge_insert(on)
-            if update:
-                builder = builder.when_matched_update_all()
-            builder = builder.when_not_matched_insert_all()
-            transaction, stats = builder.execute_uncommitted(table)
-            if stats["num_inserted_rows"] or stats["num_updated_rows"]:
-                lance.LanceDataset.commit(ds, transaction)
-
-        return write
-
-    def _append_new_cids(self, table: pa.Table) -> Write:
-        """Append the rows of the cids absent from the dataset (a crash after an earlier
-        append of the same cids committed all of their rows at once, or none)."""
-
-        def write(ds: lance.LanceDataset | None) -> None:
-            if ds is None:
-                self._create(VALUE_PATHS, table)
+            present = self._present(ds, on, set(table[on].to_pylist()))
+            if present and update:
+                builder = ds.merge_insert(on).when_matched_update_all()
+                transaction, stats = builder.when_not_matched_insert_all().execute_uncommitted(
+                    table
+                )
+                if stats["num_inserted_rows"] or stats["num_updated_rows"]:
+                    lance.LanceDataset.commit(ds, transaction)
                 return
-            cids = set(table["cid"].to_pylist())
-            present = self._present(ds, "cid", cids)
-            rows = table.filter(
-                pc.invert(pc.is_in(table["cid"], pa.array(sorted(present), pa.string())))
-            )
+            rows = table
+            if present:
+                absent = pc.invert(pc.is_in(table[on], pa.array(sorted(present), pa.string())))
+                rows = table.filter(absent)
             if rows.num_rows:
-                fragments = lance.fragment.write_fragments(
-                    rows, ds, schema=VALUE_PATHS_SCHEMA, storage_options=self._storage_options
-                )
-                lance.LanceDataset.commit(
-                    ds, lance.LanceOperation.Append(fragments), read_version=ds.version
-                )
+                self._append(ds, rows)
 
         return write
+
+    def _append(self, ds: lance.LanceDataset, rows: pa.Table) -> None:
+        if not rows.schema.equals(ds.schema):
+            raise PrivateStoreError(
+                f"{ds.uri}: rows with schema {rows.schema} do not fit the dataset's {ds.schema}"
+            )
+        fragments = lance.fragment.write_fragments(
+            rows, ds, schema=ds.schema, storage_options=self._storage_options
+        )
+        lance.LanceDataset.commit(
+            ds, lance.LanceOperation.Append(fragments), read_version=ds.version
+        )
 
     def _open(self, name: str, *, version: int | None = None) -> lance.LanceDataset | None:
         if self._local_root is not None and not (self._local_root / name / "_versions").is_dir():
@@ -581,11 +591,30 @@ class PrivateStore:
             raise PrivateStoreUnavailable(f"reading {ds.uri} failed: {exc}") from exc
 
     def _present(self, ds: lance.LanceDataset | None, column: str, keys: set[str]) -> set[str]:
+        """The keys of ``keys`` that version ``ds`` holds in ``column``: from the remembered
+        keys of its fragments (:class:`~.fragment_keys.FragmentKeys`), a filtered scan for
+        the fragments that do not fit."""
         if ds is None or not keys:
             return set()
+        try:
+            return self._keys.present(ds, column, keys, self._scan_present)
+        except OSError as exc:
+            raise PrivateStoreUnavailable(f"reading {ds.uri} failed: {exc}") from exc
+
+    def _scan_present(
+        self,
+        ds: lance.LanceDataset,
+        fragments: Sequence[lance.LanceFragment],
+        column: str,
+        keys: set[str],
+    ) -> set[str]:
         found: set[str] = set()
         for chunk in _chunks(keys):
-            found.update(self._read(ds, [column], _in_filter(column, chunk))[column].to_pylist())
+            scanner = ds.scanner(
+                columns=[column], filter=_in_filter(column, chunk), fragments=fragments
+            )
+            table = scanner.to_table()
+            found.update(table[column].to_pylist())
         return found
 
 
