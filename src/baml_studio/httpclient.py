@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 
 import httpx
 
@@ -18,7 +17,8 @@ def new_request_id() -> str:
     rand = int.from_bytes(os.urandom(10), "big")
     value = (millis << 80) | (0x7 << 76) | ((rand >> 62) & 0xFFF) << 64
     value |= (0b10 << 62) | (rand & ((1 << 62) - 1))
-    return str(uuid.UUID(int=value))
+    h = f"{value:032x}"  # str(uuid.UUID(int=value)) without the object (one a request)
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def check_base_url(base_url: str, service: str, form: str) -> None:

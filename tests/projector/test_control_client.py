@@ -495,7 +495,9 @@ def test_encode_batch_reuses_a_compressor_per_thread_with_the_same_bytes() -> No
 
 
 def test_request_ids_are_uuid7_and_time_ordered() -> None:
-    ids = [uuid.UUID(new_request_id()) for _ in range(200)]
+    texts = [new_request_id() for _ in range(200)]
+    ids = [uuid.UUID(text) for text in texts]
+    assert [str(i) for i in ids] == texts  # the canonical lower-case 8-4-4-4-12 form
     assert all(i.version == 7 and i.variant == uuid.RFC_4122 for i in ids)
     assert len(set(ids)) == 200
     millis = [i.int >> 80 for i in ids]

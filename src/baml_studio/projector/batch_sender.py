@@ -122,11 +122,16 @@ class AsyncBatchSender:
             sent = attempts.headers(request.headers)
             client._observe("PUT", request.path, sent, request.body)
             try:
-                async with session.put(url, data=request.body, headers=sent) as answer:
+                # a payload object, not bytes: aiohttp need not look the type up per request
+                body = aiohttp.payload.BytesPayload(request.body)
+                async with session.put(url, data=body, headers=sent) as answer:
                     content = await answer.read()
-                    # no httpx.Request: building one parsed the URL again for every batch
+                    status = answer.status
+                    if status < 300:  # the common case: no httpx.Response to build
+                        attempts.note(status)
+                        return client._acked_body(request, status, content)
                     response = httpx.Response(
-                        answer.status, headers=list(answer.headers.items()), content=content
+                        status, headers=list(answer.headers.items()), content=content
                     )
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 outcome: httpx.Response | float | None = attempts.failed(exc)

@@ -349,7 +349,11 @@ class ControlClient:
             self._remember(scope, exc.active_generation)
 
     def _acked(self, request: BatchRequest, response: httpx.Response) -> BatchAck:
-        ack = _batch_ack(response)
+        return self._acked_body(request, response.status_code, response.content)
+
+    def _acked_body(self, request: BatchRequest, status: int, content: bytes) -> BatchAck:
+        """The ack of a 2xx answer from its status and body."""
+        ack = _batch_ack(status, content)
         log.debug(  # one a batch: the worker logs one line a message at INFO
             "projection batch %s status=%d rows=%d generation=%s",
             request.context,
@@ -542,8 +546,9 @@ class Attempts:
         )
         return self._next(failure, exc, None)
 
-    def answered(self, response: httpx.Response) -> httpx.Response | float | None:
-        status = response.status_code
+    def note(self, status: int) -> None:
+        """The answer's status, logged (by :meth:`answered`, or by a caller that handles a
+        2xx answer itself)."""
         log.debug(
             "control %s status=%d request_id=%s %s",
             self.operation,
@@ -551,6 +556,10 @@ class Attempts:
             self.request_id,
             self.context,
         )
+
+    def answered(self, response: httpx.Response) -> httpx.Response | float | None:
+        status = response.status_code
+        self.note(status)
         if status < 300:
             return response
         code, failure = _refusal(self.operation, response, self.request_id)
@@ -649,20 +658,24 @@ def _protocol(operation: str, problem: str) -> ControlPlaneUnavailable:
 
 
 def _json_object(response: httpx.Response, operation: str) -> dict[str, Any]:
+    return _json_body(response.status_code, response.content, operation)
+
+
+def _json_body(status: int, content: bytes, operation: str) -> dict[str, Any]:
     try:
-        data = response.json()
-    except ValueError:
+        data = json.loads(content)
+    except ValueError:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         data = None
     if not isinstance(data, dict):
-        raise _protocol(operation, f"{response.status_code} without a JSON object")
+        raise _protocol(operation, f"{status} without a JSON object")
     return data
 
 
-def _batch_ack(response: httpx.Response) -> BatchAck:
-    data = _json_object(response, "put_batch")
+def _batch_ack(status: int, content: bytes) -> BatchAck:
+    data = _json_body(status, content, "put_batch")
     try:
         ack = BatchAck(
-            status=response.status_code,
+            status=status,
             batch_id=_text(data["batch_id"]),
             root_id=_text(data["root_id"]),
             generation=_text(data["generation"]),
