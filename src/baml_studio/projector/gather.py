@@ -133,6 +133,7 @@ def gather_root_ended(
     tables = _function_tables(reader, metas)
     executions: list[ExecutionInputs] = []
     definitions: dict[str, list[dict[str, Any]]] = {}
+    made: dict[EngineStarted, list[dict[str, Any]]] = {}
     value_cids: dict[str, frozenset[bytes]] = {}
     for meta in metas:
         engine = meta.engine
@@ -140,7 +141,7 @@ def gather_root_ended(
         table = None if cid is None else tables.get(cid)
         read = reads[meta.root]
         executions.append(ExecutionInputs(process, meta, table, read))
-        definitions[meta.execution_id] = _definitions(engine, table)
+        definitions[meta.execution_id] = _definitions(engine, table, made)
         value_cids[meta.execution_id] = referenced_values(g for _, g in read.groups)
     return Gathered(segment, tuple(executions), definitions, value_cids)
 
@@ -264,12 +265,20 @@ def _read_data(
     return out
 
 
-def _definitions(engine: EngineStarted | None, table: FunctionTable | None) -> list[dict[str, Any]]:
-    """``function_definitions_v1`` rows of one engine (none if it or its table is unknown)."""
+def _definitions(
+    engine: EngineStarted | None,
+    table: FunctionTable | None,
+    made: dict[EngineStarted, list[dict[str, Any]]],
+) -> list[dict[str, Any]]:
+    """``function_definitions_v1`` rows of one engine (none if it or its table is unknown),
+    made once per engine of a gather (``made``): its executions share one read-only list."""
     if engine is None or table is None:
         return []
-    found = table
-    return function_definition_rows([engine], lambda _cid: found)
+    rows = made.get(engine)
+    if rows is None:
+        found = table
+        rows = made[engine] = function_definition_rows([engine], lambda _cid: found)
+    return rows
 
 
 def _function_tables(
@@ -325,6 +334,7 @@ def gather_abandoned(
     tables = _function_tables(reader, metas)
     executions: list[ExecutionInputs] = []
     definitions: dict[str, list[dict[str, Any]]] = {}
+    made: dict[EngineStarted, list[dict[str, Any]]] = {}
     value_cids: dict[str, frozenset[bytes]] = {}
     for meta in metas:
         read = reads[meta.root]
@@ -332,6 +342,6 @@ def gather_abandoned(
         cid = None if meta.engine is None else meta.engine.function_table_cid
         table = None if cid is None else tables.get(cid)
         executions.append(ExecutionInputs(process, meta, table, read))
-        definitions[meta.execution_id] = _definitions(meta.engine, table)
+        definitions[meta.execution_id] = _definitions(meta.engine, table, made)
         value_cids[meta.execution_id] = referenced_values(g for _, g in found)
     return Gathered(segment, tuple(executions), definitions, value_cids)

@@ -21,15 +21,17 @@ rewrites the same rows (same row ids, update on match).
 Writers. Every write of one dataset holds its writer lock: a process-wide lock per dataset URI
 and, for a local root, an exclusive ``flock`` on ``<root>/<dataset>.lock``, so one writer per
 dataset runs at a time across threads and processes. Under the lock a write reads the newest
-version, drops the keys already there and commits; Lance rebases the commit over compatible
-concurrent commits, and a :class:`lance.commit.CommitConflictError` re-plans the write against
-the newest version (bounded attempts, exponential backoff) — never a blind re-append. Lance
-cannot lock an object store: on ``s3://`` several projector *processes* writing one dataset
-must be serialised by the caller (one projector per tenant/project/environment), because two
-concurrent inserts of the same new keys can both commit (upstream Lance behaviour; without the
-lock, a local probe also lost a whole write when two processes created one dataset at once).
-The alternative this module does not take is a ``lance-schema:unenforced-primary-key=true``
-key field merged with ``use_index(False)``.
+version, finds the keys already there (:class:`~.fragment_keys.FragmentKeys`: each fragment's
+keys read once and remembered) and appends the rows of new keys as one fragment; only an update
+of keys already there (a redelivery of private rows) takes ``merge_insert``. Lance rebases the
+commit over compatible concurrent commits, and a :class:`lance.commit.CommitConflictError` re-
+plans the write against the newest version (bounded attempts, exponential backoff) — never a
+blind re-append. Lance cannot lock an object store: on ``s3://`` several projector *processes*
+writing one dataset must be serialised by the caller (one projector per
+tenant/project/environment), because two concurrent inserts of the same new keys can both
+commit (upstream Lance behaviour; without the lock, a local probe also lost a whole write when
+two processes created one dataset at once). The alternative this module does not take is a
+``lance-schema:unenforced-primary-key=true`` key field merged with ``use_index(False)``.
 
 Ingest writes a batch's ``value_paths_v1`` rows before its ``values_v1`` rows, so a cid
 present in ``values_v1`` always has its paths; a crash in between is repaired by the next
@@ -58,6 +60,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -230,6 +233,8 @@ class PrivateStore:
         self._max_attempts = max_attempts
         self._backoff_s = backoff_s
         self._keys = FragmentKeys(key_cache_keys)
+        self._writers: ThreadPoolExecutor | None = None
+        self._writers_lock = threading.Lock()
 
     @property
     def root_uri(self) -> str:
@@ -364,10 +369,16 @@ class PrivateStore:
             )
         if len({m["execution_id"] for m in markers}) != len(markers):
             raise PrivateStoreError("an execution repeats in one write")
-        for name, tables in by_relation.items():
-            table = pa.concat_tables(tables)
-            if table.num_rows:
-                self._commit(name, self._merge(name, table, "row_id", update=True))
+        writes = [(name, pa.concat_tables(tables)) for name, tables in by_relation.items()]
+        writes = [(name, table) for name, table in writes if table.num_rows]
+
+        def write(name: str, table: pa.Table) -> None:
+            self._commit(name, self._merge(name, table, "row_id", update=True))
+
+        # the relations' datasets at once (each has its own writer lock; Lance writes without
+        # the GIL); a failure is raised before the markers, so no marker is written
+        for _ in self._pool().map(write, *zip(*writes, strict=True)) if writes else ():
+            pass
         if markers:
             marker = pa.Table.from_pylist(markers, schema=PROJECTED_SCHEMA)
             self._commit(PROJECTED, self._merge(PROJECTED, marker, "execution_id", update=False))
@@ -462,6 +473,15 @@ class PrivateStore:
         )
 
     # --- Lance plumbing -------------------------------------------------------------------
+
+    def _pool(self) -> ThreadPoolExecutor:
+        """Threads writing one call's relation datasets side by side (made on first use)."""
+        with self._writers_lock:
+            if self._writers is None:
+                self._writers = ThreadPoolExecutor(
+                    len(RELATION_DATASETS), thread_name_prefix="lance-write"
+                )
+            return self._writers
 
     @contextlib.contextmanager
     def _writer(self, name: str) -> Iterator[None]:
