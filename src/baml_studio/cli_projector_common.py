@@ -18,6 +18,7 @@ import click
 
 from baml_studio.format.errors import BamlStudioError
 from baml_studio.gateway.service import load_dataplane_config
+from baml_studio.projector.lance_store import DEFAULT_KEY_CACHE_KEYS
 from baml_studio.projector.service import Projector, ProjectorConfig, open_projector
 
 EXIT_UNAVAILABLE = 4
@@ -27,8 +28,9 @@ Command = Callable[..., None]
 
 
 def projector_options(command: Command) -> Command:
-    """Add ``--data``, ``--control-plane``, ``--token`` and ``--derived`` to ``command`` and
-    call it with a :class:`ProjectorConfig` as ``config``."""
+    """Add ``--data``, ``--control-plane``, ``--token``, ``--derived`` and
+    ``--lance-key-cache`` to ``command`` and call it with a :class:`ProjectorConfig` as
+    ``config``."""
 
     @functools.wraps(command)
     def run(
@@ -37,6 +39,7 @@ def projector_options(command: Command) -> Command:
         control_plane: str,
         token: str | None,
         derived: str | None,
+        lance_key_cache: int,
         **kwargs: Any,
     ) -> None:
         workload_token = token or os.environ.get(TOKEN_ENV)
@@ -46,10 +49,25 @@ def projector_options(command: Command) -> Command:
             dataplane = load_dataplane_config(data, host="127.0.0.1", port=8787)
         except (ValueError, TypeError, KeyError, OSError) as exc:
             raise click.UsageError(f"data-plane configuration in {data}: {exc}") from exc
-        config = ProjectorConfig(dataplane, control_plane, workload_token, derived_root=derived)
+        config = ProjectorConfig(
+            dataplane,
+            control_plane,
+            workload_token,
+            derived_root=derived,
+            lance_key_cache_keys=lance_key_cache,
+        )
         command(*args, config=config, **kwargs)
 
     for option in (
+        click.option(
+            "--lance-key-cache",
+            type=click.IntRange(min=0),
+            default=DEFAULT_KEY_CACHE_KEYS,
+            show_default=True,
+            metavar="KEYS",
+            help="Keys of Lance fragments remembered per scope to check keys without a scan "
+            "(about 150 bytes a key; 0: scan every time).",
+        ),
         click.option(
             "--derived",
             default=None,

@@ -42,6 +42,18 @@ def projector(tmp_path: Path) -> Iterator[Projector]:
         yield opened
 
 
+def test_each_scope_store_gets_the_configured_key_budget(tmp_path: Path) -> None:
+    dataplane = load_dataplane_config(tmp_path / "dp", host="127.0.0.1", port=8787)
+    config = ProjectorConfig(dataplane, closed_port_url(), "token", lance_key_cache_keys=7)
+    with open_projector(config) as opened:
+        assert opened.private_store(A).key_cache_keys == 7
+        assert opened.private_store(B).key_cache_keys == 7
+    default = ProjectorConfig(dataplane, closed_port_url(), "token")
+    assert default.lance_key_cache_keys == PrivateStore(str(tmp_path / "x")).key_cache_keys
+    with pytest.raises(ValueError, match="lance_key_cache_keys"):
+        ProjectorConfig(dataplane, closed_port_url(), "token", lance_key_cache_keys=-1)
+
+
 def fill(store: PrivateStore, execution: str) -> list[str]:
     """``INGESTS`` small value ingests (one fragment each) and one execution; the cids."""
     entries = [invoice(n) for n in range(INGESTS * 5)]
@@ -126,6 +138,10 @@ def test_cli_compact_prints_the_report_and_exits_4_on_a_failed_scope(
 
     assert runner.invoke(compact_command, [*base, "--retention", "7x"]).exit_code == 2
     assert runner.invoke(compact_command, [*base, "--scope", "tn_a/prj_a"]).exit_code == 2
+    assert runner.invoke(compact_command, [*base, "--lance-key-cache", "-1"]).exit_code == 2
+    scoped = [*base, "--scope", "tn_a/prj_a/env_a"]
+    unremembered = runner.invoke(compact_command, [*scoped, "--lance-key-cache", "0"])
+    assert unremembered.exit_code == 0, unremembered.output
     assert "Example" in (compact_command.help or "")
 
 

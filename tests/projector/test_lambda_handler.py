@@ -262,6 +262,11 @@ def test_config_from_env_reads_the_documented_variables(tmp_path: Path) -> None:
     assert "secret-t" not in repr(config)
     derived = config_from_env({**s3, "BAML_DERIVED_ROOT": "s3://other/derived/v1"})
     assert derived.root() == "s3://other/derived/v1"
+    assert config.lance_key_cache_keys == 1_000_000
+    assert config_from_env({**s3, "BAML_LANCE_KEY_CACHE_KEYS": "0"}).lance_key_cache_keys == 0
+    for bad in ("-1", "1e6", "²"):
+        with pytest.raises(LambdaConfigError, match="BAML_LANCE_KEY_CACHE_KEYS"):
+            config_from_env({**s3, "BAML_LANCE_KEY_CACHE_KEYS": bad})
 
     (tmp_path / "dataplane.json").write_text(json.dumps({"bucket": "evidence-dir"}))
     local = config_from_env({**base, "BAML_DATAPLANE_DIR": str(tmp_path), "BAML_S3_BUCKET": "x"})

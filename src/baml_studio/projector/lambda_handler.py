@@ -44,6 +44,8 @@ clients opened then are kept for the life of the execution environment):
 ``AWS_REGION``                 region of bucket and queue (set by Lambda; default us-east-1)
 ``BAML_DERIVED_ROOT``          optional root of the Lance datasets (default
                                ``s3://<bucket>/derived/v1``, or ``DIR/derived/v1``)
+``BAML_LANCE_KEY_CACHE_KEYS``  optional: keys of Lance fragments remembered per scope
+                               (default 1,000,000, about 150 MB; 0 scans every time)
 =============================  =================================================================
 
 Credentials for S3, SQS and Lance come from the function's execution role (boto3's and
@@ -63,6 +65,7 @@ from typing import Any
 from baml_studio.gateway.service import DataplaneConfig, load_dataplane_config
 from baml_studio.objectstore.config import S3Config
 from baml_studio.projector.errors import ProjectorError
+from baml_studio.projector.lance_store import DEFAULT_KEY_CACHE_KEYS
 from baml_studio.projector.service import Projector, ProjectorConfig, open_projector
 from baml_studio.projector.worker import ProjectorWorker
 from baml_studio.queue.config import SqsQueueConfig
@@ -105,6 +108,12 @@ def config_from_env(environ: Mapping[str, str] | None = None) -> ProjectorConfig
     url = required("BAML_CONTROL_PLANE_URL")
     token = required("BAML_WORKLOAD_TOKEN")
     derived = env.get("BAML_DERIVED_ROOT") or None
+    key_cache = env.get("BAML_LANCE_KEY_CACHE_KEYS", "").strip()
+    if key_cache and not (key_cache.isascii() and key_cache.isdigit()):
+        raise LambdaConfigError(
+            f"BAML_LANCE_KEY_CACHE_KEYS must be a whole number of keys, not {key_cache!r}"
+        )
+    keys = int(key_cache) if key_cache else DEFAULT_KEY_CACHE_KEYS
     try:
         if env.get("BAML_DATAPLANE_DIR"):
             dataplane = load_dataplane_config(
@@ -131,7 +140,7 @@ def config_from_env(environ: Mapping[str, str] | None = None) -> ProjectorConfig
         raise
     except (ValueError, TypeError, KeyError, OSError) as exc:
         raise LambdaConfigError(f"data-plane configuration: {exc}") from exc
-    return ProjectorConfig(dataplane, url, token, derived_root=derived)
+    return ProjectorConfig(dataplane, url, token, derived_root=derived, lance_key_cache_keys=keys)
 
 
 class InvocationQueue:

@@ -240,6 +240,11 @@ class PrivateStore:
     def root_uri(self) -> str:
         return self._root
 
+    @property
+    def key_cache_keys(self) -> int:
+        """Keys of fragments this store remembers (:class:`~.fragment_keys.FragmentKeys`)."""
+        return self._keys.max_keys
+
     def uri(self, name: str) -> str:
         """The URI of dataset ``name``."""
         return f"{self._root}/{name}"

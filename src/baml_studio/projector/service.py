@@ -28,7 +28,7 @@ from baml_studio.objectstore.config import DirectoryBucketConfig, S3Config
 from baml_studio.objectstore.directory import DirectoryBucket
 from baml_studio.objectstore.port import ObjectStore
 from baml_studio.projector.control_client import ControlClient
-from baml_studio.projector.lance_store import PrivateStore
+from baml_studio.projector.lance_store import DEFAULT_KEY_CACHE_KEYS, PrivateStore
 from baml_studio.projector.worker import ProjectorWorker, WorkerConfig
 from baml_studio.queue.port import Queue
 from baml_studio.queue.sqlite import SqliteQueue
@@ -65,6 +65,14 @@ class ProjectorConfig:
 
     version_retention_s: float = 7 * 24 * 3600.0
     """Lance versions newer than this survive compaction (queries bind recent versions)."""
+
+    lance_key_cache_keys: int = DEFAULT_KEY_CACHE_KEYS
+    """Keys of Lance fragments each scope's private store remembers to answer "is this key
+    there?" without a scan (``FragmentKeys``; about 150 bytes a key; 0: scan every time)."""
+
+    def __post_init__(self) -> None:
+        if self.lance_key_cache_keys < 0:
+            raise ValueError(f"lance_key_cache_keys must be >= 0, got {self.lance_key_cache_keys}")
 
     def root(self) -> str:
         if self.derived_root is not None:
@@ -116,7 +124,11 @@ class Projector:
             if store is None:
                 uri = scope_root(self.config, scope)
                 options = lance_storage_options(self.config.dataplane.s3)
-                store = PrivateStore(uri, storage_options=options)
+                store = PrivateStore(
+                    uri,
+                    storage_options=options,
+                    key_cache_keys=self.config.lance_key_cache_keys,
+                )
                 self._private[scope] = store
             return store
 
