@@ -377,13 +377,13 @@ class PrivateStore:
         writes = [(name, pa.concat_tables(tables)) for name, tables in by_relation.items()]
         writes = [(name, table) for name, table in writes if table.num_rows]
 
-        def write(name: str, table: pa.Table) -> None:
+        def write(item: tuple[str, pa.Table]) -> None:
+            name, table = item
             self._commit(name, self._merge(name, table, "row_id", update=True))
 
         # the relations' datasets at once (each has its own writer lock; Lance writes without
         # the GIL); a failure is raised before the markers, so no marker is written
-        for _ in self._pool().map(write, *zip(*writes, strict=True)) if writes else ():
-            pass
+        list(self._pool().map(write, writes))
         if markers:
             marker = pa.Table.from_pylist(markers, schema=PROJECTED_SCHEMA)
             self._commit(PROJECTED, self._merge(PROJECTED, marker, "execution_id", update=False))
