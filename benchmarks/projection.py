@@ -153,12 +153,11 @@ def pure_baseline(projector: Projector) -> tuple[float, float, int]:
         if evidence.euid is None or evidence.sequence is None:
             raise SystemExit(f"not a meta segment key: {key}")
         gathered = gather_root_ended(reader, evidence.euid, evidence.sequence)
+        carried = gathered.carried_definitions()
         step = WorkerConfig().slice_executions  # as the worker does: a slice at a time
         for start in range(0, len(gathered.executions), step):
             chunk = gathered.executions[start : start + step]
-            project_executions(
-                [(i, gathered.definitions.get(i.meta.execution_id, [])) for i in chunk]
-            )
+            project_executions([(i, carried.get(i.meta.execution_id, [])) for i in chunk])
             executions += len(chunk)
     return time.perf_counter() - wall0, time.process_time() - cpu0, executions
 

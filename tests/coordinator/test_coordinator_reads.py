@@ -163,15 +163,15 @@ class HeldBack:
         self._store = store
         self.held: list[Any] = []
 
-    def write_executions(self, executions: Any) -> None:
-        self.held.append(list(executions))
+    def write_executions(self, executions: Any, **kwargs: Any) -> None:
+        self.held.append((list(executions), kwargs))
 
     def write_execution(self, *args: Any) -> None:
-        self.held.append([args])
+        self.held.append(([args], {}))
 
     def release(self) -> None:
-        for executions in self.held:
-            self._store.write_executions(executions)
+        for executions, kwargs in self.held:
+            self._store.write_executions(executions, **kwargs)
         self.held.clear()
 
     def __getattr__(self, name: str) -> Any:

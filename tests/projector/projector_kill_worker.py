@@ -40,13 +40,13 @@ def main() -> int:
     writes = 0
     written = 0
 
-    def write_executions(self: PrivateStore, executions: Any) -> None:
+    def write_executions(self: PrivateStore, executions: Any, **kwargs: Any) -> None:
         nonlocal writes, written
         writes += 1
         if writes == kill_at:
             emit({"killing": executions[0][0], "written_before": written})
             os.kill(os.getpid(), signal.SIGKILL)
-        original(self, executions)
+        original(self, executions, **kwargs)
         written += len(executions)
 
     PrivateStore.write_executions = write_executions  # type: ignore[method-assign]

@@ -209,6 +209,31 @@ def test_engine_beyond_the_bound_is_index_corrupt(
     assert names == {"proj.Leaf", "proj.Long", "proj.Short", "proj.Late"}
 
 
+def test_each_engine_s_definitions_travel_with_its_first_execution_of_the_object(
+    workload_bucket: DirectoryBucket,
+) -> None:
+    reader = EvidenceReader(workload_bucket, SCOPE)
+    several = 0
+    for euid, seq in meta_objects(workload_bucket):
+        gathered = gather_root_ended(reader, euid, seq)
+        carried = gathered.carried_definitions()
+        firsts: dict[Any, str] = {}
+        for inputs in gathered.executions:
+            assert inputs.meta.engine is not None
+            firsts.setdefault(inputs.meta.engine, inputs.meta.execution_id)
+        assert list(carried) == list(firsts.values())
+        for engine, execution_id in firsts.items():
+            same = [
+                gathered.definitions[i.meta.execution_id]
+                for i in gathered.executions
+                if i.meta.engine == engine
+            ]
+            assert carried[execution_id] and all(rows == carried[execution_id] for rows in same)
+            several += len(same) > 1
+        assert gather_root_ended(reader, euid, seq).carried_definitions() == carried
+    assert several  # the workload has meta objects where one execution carries for others
+
+
 # --- damage -------------------------------------------------------------------------------------
 
 

@@ -151,7 +151,7 @@ def test_ids_schemas_and_private_rows(workload_cases: list[Case]) -> None:
     assert batch_id("r", "calls_v1", 3) == "r.calls_v1.3"
 
 
-def test_function_definitions_travel_with_each_execution(workload_cases: list[Case]) -> None:
+def test_function_definitions_travel_with_the_execution_given(workload_cases: list[Case]) -> None:
     for inputs, definitions in workload_cases:
         projection = project_execution(inputs, definitions)
         (batch,) = [b for b in projection.public if b.relation == FUNCTION_DEFINITIONS.name]

@@ -44,7 +44,7 @@ from baml_studio.objectstore.port import ObjectInfo
 from baml_studio.projector.control_client import ControlClient
 from baml_studio.projector.errors import ControlPlaneRefused, EvidenceUnavailable
 from baml_studio.projector.evidence import EvidenceReader
-from baml_studio.projector.gather import gather_abandoned
+from baml_studio.projector.gather import gather_abandoned, gather_root_ended
 from baml_studio.projector.lance_store import PrivateStore
 from baml_studio.projector.project import project_execution
 from baml_studio.projector.sweep import (
@@ -282,10 +282,24 @@ def test_a_late_root_ended_is_kept_out_and_reopen_lets_it_project(
         while batch := ingest.dataplane.queue.receive(max_messages=10):
             messages.extend(batch)
         (late,) = messages
+        reader = EvidenceReader(ingest.dataplane.store, SCOPE)
+        carried = gather_root_ended(reader, euid.hex(), last).carried_definitions()
+        assert carried.get(long)  # Long carries its engine's definitions for that meta object
+        definitions_batch = f"{long}.function_definitions_v1.0"
         assert ingest.worker.handle(late) == "deleted"  # the other executions are not held
         assert ingest.worker.stats.late_root_ended == 1
         assert ingest.worker.stats.quarantined == 0
         assert root_row(ingest, long)["status"] == "abandoned"  # swept is final...
+        # ...and the definitions it carries for that meta object are there, public and private
+        stored = ingest.private.open_dataset("function_definitions_v1")
+        assert stored is not None
+        mine = stored.to_table(filter=pc.field("execution_id") == long)
+        assert mine.num_rows == len(carried[long])
+        assert set(mine["row_id"].to_pylist()) == {
+            f"{definitions_batch}:{i}" for i in range(len(carried[long]))
+        }
+        visible = ingest.control.facts.batch_state(SCOPE, ingest.generation(), definitions_batch)
+        assert visible is not None and visible[1] == mine.num_rows
 
         assert reopen(SCOPE, [long], ingest.client, ingest.private) == (long,)
         assert ingest.private.projected([long]) == set()

@@ -4,6 +4,7 @@ duplicates, pending values and quarantine behave as the projection contract says
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -12,18 +13,25 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 import zstandard
 from projector_e2e_rig import assert_same_relations, ingest_path
-from projector_fixtures import SCOPE, workload_store
+from projector_fixtures import SCOPE, meta_objects, workload_store
 
 import baml_studio.projector.worker as worker_module
 from baml_studio.gateway.keys import evidence_prefix, segment_key
 from baml_studio.projector.errors import ValuesPending
+from baml_studio.projector.evidence import EvidenceReader
+from baml_studio.projector.gather import gather_root_ended
+from baml_studio.projector.project import project_execution
 from baml_studio.projector.worker import WorkerConfig
 from baml_studio.queue.port import Message
 
 __all__ = ["workload_store"]
+
+DEFINITIONS = "function_definitions_v1"
 
 
 def _drain_all(ingest) -> None:
@@ -40,6 +48,65 @@ def test_projected_facts_and_private_rows_equal_the_local_catalog(
         assert ingest.worker.stats.executions > 0
         assert_same_relations(ingest.projected_tables(), ingest.local_tables())
         _assert_no_private_data_crossed(ingest)
+        # one definitions batch an engine a meta object, from its first execution there
+        carriers = _carriers(ingest)
+        sent = {
+            r.path.rsplit("/", 1)[-1]
+            for r in ingest.captured
+            if r.method == "PUT" and r.headers.get("x-baml-relation") == DEFINITIONS
+        }
+        assert sent == {f"{root}.{DEFINITIONS}.0" for root in carriers}
+        assert 0 < len(carriers) < ingest.worker.stats.executions
+        stored = ingest.private.open_dataset(DEFINITIONS)
+        assert stored is not None
+        assert set(stored.to_table(columns=["execution_id"])["execution_id"].to_pylist()) == set(
+            carriers
+        )
+
+
+def _carriers(ingest: Any) -> dict[str, list[dict[str, Any]]]:
+    """The executions that carry their engine's definitions, over every meta object."""
+    reader = EvidenceReader(ingest.dataplane.store, SCOPE)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for euid_hex, seq in meta_objects(ingest.dataplane.store):
+        out.update(gather_root_ended(reader, euid_hex, seq).carried_definitions())
+    return {root: rows for root, rows in out.items() if rows}
+
+
+def test_a_kept_out_execution_still_delivers_the_definitions_it_carries(
+    tmp_path: Path, chdb_dsn: str, fact_database: str, workload_store: Path
+) -> None:
+    """A carrier whose facts changed since it was projected (a sweep closed it, then its
+    RootEnded came) is kept out of its meta object's projection, but the engine definitions
+    it carries for the other executions still become visible, public and private."""
+    with ingest_path(tmp_path, chdb_dsn, fact_database, workload_store) as ingest:
+        reader = EvidenceReader(ingest.dataplane.store, SCOPE)
+        euid_hex, seq = meta_objects(ingest.dataplane.store)[-1]
+        gathered = gather_root_ended(reader, euid_hex, seq)
+        carried = {r: rows for r, rows in gathered.carried_definitions().items() if rows}
+        assert carried and len(gathered.executions) > len(carried)
+        root = next(iter(carried))
+        (inputs,) = [i for i in gathered.executions if i.meta.execution_id == root]
+        projection = project_execution(inputs, [])  # as if closed earlier, carrying nothing
+        (threads,) = [b for b in projection.public if b.relation == "threads_v1"]
+        status = pa.array(["abandoned"] * threads.table.num_rows, threads.table["status"].type)
+        changed = threads.table.set_column(
+            threads.table.schema.get_field_index("status"), "status", status
+        )
+        generation = ingest.generation()
+        ingest.client.put_batches(SCOPE, generation, [dataclasses.replace(threads, table=changed)])
+        ingest.private.write_executions([(root, root, inputs.process.process_id, [])])
+
+        _drain_all(ingest)
+        assert ingest.worker.stats.late_root_ended == 1 and ingest.worker.stats.quarantined == 0
+        visible = ingest.control.facts.batch_state(SCOPE, generation, f"{root}.{DEFINITIONS}.0")
+        assert visible is not None and visible[1] == len(carried[root])
+        stored = ingest.private.open_dataset(DEFINITIONS)
+        assert stored is not None
+        mine = stored.to_table(filter=pc.field("execution_id") == root)
+        assert sorted(mine["row_id"].to_pylist()) == sorted(
+            f"{root}.{DEFINITIONS}.0:{i}" for i in range(len(carried[root]))
+        )
 
 
 def _assert_no_private_data_crossed(ingest) -> None:
@@ -92,9 +159,9 @@ def test_a_meta_object_projected_in_slices_equals_the_local_catalog(
         slices: list[int] = []
         write = ingest.private.write_executions
 
-        def counted(executions: Any) -> None:
+        def counted(executions: Any, **kwargs: Any) -> None:
             slices.append(len(executions))
-            write(executions)
+            write(executions, **kwargs)
 
         monkeypatch.setattr(ingest.private, "write_executions", counted)
         _drain_all(ingest)

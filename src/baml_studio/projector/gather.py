@@ -91,6 +91,23 @@ class Gathered:
     """By execution id: every codec-1 value its facts reference as available (a superset of
     the values its folded rows hold)."""
 
+    def carried_definitions(self) -> dict[str, list[dict[str, Any]]]:
+        """Each engine's ``function_definitions_v1`` rows, by the execution id of the first
+        of its executions here (record order): the one execution of this meta object that
+        carries them. The control plane and the coordinator read the relation as a set per
+        ``(program_id, function_id)``, so one copy an engine a meta object is the same
+        answer as one copy an execution, for one batch where there were hundreds. The choice
+        depends on this meta object only: a redelivery picks the same executions."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        seen: set[EngineStarted] = set()
+        for inputs in self.executions:
+            engine = inputs.meta.engine
+            if engine is None or engine in seen:
+                continue
+            seen.add(engine)
+            out[inputs.meta.execution_id] = self.definitions.get(inputs.meta.execution_id, [])
+        return out
+
 
 @dataclass(slots=True)
 class _Walk:

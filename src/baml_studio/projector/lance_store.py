@@ -352,11 +352,19 @@ class PrivateStore:
         self.write_executions([(execution_id, root_id, process_id, private)])
 
     def write_executions(
-        self, executions: Sequence[tuple[str, str, str, Sequence[tuple[str, pa.Table]]]]
+        self,
+        executions: Sequence[tuple[str, str, str, Sequence[tuple[str, pa.Table]]]],
+        *,
+        unmarked: Sequence[tuple[str, Sequence[tuple[str, pa.Table]]]] = (),
     ) -> None:
         """:meth:`write_execution` for several executions with one commit per dataset: every
-        relation's rows of all of them merged at once, then all their markers (last)."""
+        relation's rows of all of them merged at once, then all their markers (last).
+        ``unmarked`` are ``(execution_id, [(relation, rows), ...])`` written in the same
+        commits without a marker (the engine definitions a kept-out execution carried)."""
         by_relation: dict[str, list[pa.Table]] = {}
+        for execution_id, private in unmarked:
+            for name, table in private:
+                by_relation.setdefault(name, []).append(_prepare_rows(name, table, execution_id))
         markers = []
         for execution_id, root_id, process_id, private in executions:
             names = [name for name, _ in private]

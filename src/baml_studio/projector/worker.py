@@ -29,11 +29,12 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from baml_studio.catalog.fold_inputs import ExecutionInputs
+from baml_studio.catalog.schema import FUNCTION_DEFINITIONS
 from baml_studio.format.errors import BamlStudioError
 from baml_studio.format.ids import value_cid_wire
 from baml_studio.gateway.config import Scope
@@ -51,7 +52,7 @@ from baml_studio.projector.errors import (
     ValuesPending,
 )
 from baml_studio.projector.evidence import EvidenceReader
-from baml_studio.projector.gather import Gathered, gather_root_ended
+from baml_studio.projector.gather import gather_root_ended
 from baml_studio.projector.lance_store import PrivateStore
 from baml_studio.projector.messages import (
     EvidenceKey,
@@ -66,6 +67,8 @@ from baml_studio.publisher.errors import PackError
 from baml_studio.publisher.pack import decode_pack
 from baml_studio.queue.errors import ReceiptInvalid
 from baml_studio.queue.port import Message, Queue
+
+DEFINITIONS = FUNCTION_DEFINITIONS.name
 
 log = logging.getLogger(__name__)
 
@@ -280,11 +283,14 @@ class ProjectorWorker:
         private = self.private_store(key.scope)
         generation = self.control.active_generation(key.scope, self.config.catalog_version)
         step = self.config.slice_executions
+        carried = gathered.carried_definitions()
         sending: _Sending | None = None  # the slice whose batches are in flight
         began, projected, batches = time.monotonic(), self.stats.executions, 0
         try:
             for start in range(0, len(gathered.executions), step):
-                projections = self._project_slice(event, reader, private, gathered, start, step)
+                projections = self._project_slice(
+                    event, reader, private, gathered.executions[start : start + step], carried
+                )
                 batches += sum(len(p.public) for _, p in projections)
                 if sending is not None:
                     landing, sending = sending, None
@@ -311,19 +317,15 @@ class ProjectorWorker:
         event: ObjectEvent,
         reader: EvidenceReader,
         private: PrivateStore,
-        gathered: Gathered,
-        start: int,
-        step: int,
+        executions: Sequence[ExecutionInputs],
+        carried: Mapping[str, list[dict[str, Any]]],
     ) -> list[tuple[ExecutionInputs, Projection]]:
-        """Executions ``start:start + step`` of a meta object folded, their values checked.
-        Runs while the previous slice's batches are in flight: the control plane writes one
-        slice while this thread folds the next."""
-        executions = gathered.executions[start : start + step]
+        """A slice of a meta object's executions folded, their values checked; each engine's
+        definitions travel with the execution ``carried`` names
+        (:meth:`Gathered.carried_definitions`). Runs while the previous slice's batches are
+        in flight: the control plane writes one slice while this thread folds the next."""
         folded = project_executions(
-            [
-                (inputs, gathered.definitions.get(inputs.meta.execution_id, []))
-                for inputs in executions
-            ],
+            [(inputs, carried.get(inputs.meta.execution_id, [])) for inputs in executions],
             partition_rows=self.config.partition_rows,
         )
         projections = list(zip(executions, folded, strict=True))
@@ -334,7 +336,7 @@ class ProjectorWorker:
     def _land_slice(self, private: PrivateStore, sending: _Sending) -> str:
         """A slice's public batches visible, then its private rows (one commit per dataset,
         the markers last). Returns the generation the batches went to."""
-        kept, generation = sending.result()
+        sent = sending.result()
         projections = sending.projections
         private.write_executions(
             [
@@ -345,32 +347,42 @@ class ProjectorWorker:
                     [(rows.relation, rows.table) for rows in p.private],
                 )
                 for inputs, p in projections
-                if p.root_id in kept
-            ]
+                if p.root_id in sent.kept
+            ],
+            unmarked=[
+                (p.root_id, [(r.relation, r.table) for r in p.private if r.relation == DEFINITIONS])
+                for _, p in projections
+                if p.root_id in sent.definitions_only
+            ],
         )
-        self.stats.executions += len(kept)
-        return generation
+        self.stats.executions += len(sent.kept)
+        return sent.generation
 
     def _send_all(
         self, scope: Scope, generation: str, private: PrivateStore, projections: list[Projection]
-    ) -> tuple[set[str], str]:
+    ) -> _Sent:
         """Every public batch of ``projections`` (visible on return); the root ids to write
         and the generation the batches went to (a newer one after a 409).
         An execution the sweep closed before this late RootEnded arrived is kept out: the
         control plane refuses its changed batches with 409 and its abandoned facts stay
-        (``sweep.reopen`` and a replay re-project it); the other executions go on."""
+        (``sweep.reopen`` and a replay re-project it); the other executions go on. The
+        engine definitions a kept-out execution carries for the others are made visible
+        alone (the same batch whatever the execution's end) and their private rows written
+        without its marker."""
         everything = Projection(
             "", tuple(b for p in projections for b in p.public), (), frozenset()
         )
         try:
-            return {p.root_id for p in projections}, self._send(scope, generation, everything)
+            return _Sent(
+                {p.root_id for p in projections}, self._send(scope, generation, everything)
+            )
         except ControlPlaneRefused as exc:
             if exc.code != "batch_digest_conflict":
                 raise
-        kept = set()
+        sent = _Sent(set(), generation)
         for projection in projections:  # find the late ones, one execution at a time
             try:
-                generation = self._send(scope, generation, projection)
+                sent.generation = self._send(scope, sent.generation, projection)
             except ControlPlaneRefused as exc:
                 if exc.code != "batch_digest_conflict" or not private.projected(
                     {projection.root_id}
@@ -381,9 +393,14 @@ class ProjectorWorker:
                     projection.root_id,
                 )
                 self.stats.late_root_ended += 1
+                carried = tuple(b for b in projection.public if b.relation == DEFINITIONS)
+                if carried:
+                    alone = Projection(projection.root_id, carried, (), frozenset())
+                    sent.generation = self._send(scope, sent.generation, alone)
+                    sent.definitions_only.add(projection.root_id)
                 continue
-            kept.add(projection.root_id)
-        return kept, generation
+            sent.kept.add(projection.root_id)
+        return sent
 
     def _ensure_values(
         self, reader: EvidenceReader, private: PrivateStore, projection: Projection
@@ -433,6 +450,18 @@ class ProjectorWorker:
         )
 
 
+@dataclass
+class _Sent:
+    """What a slice's send made visible."""
+
+    kept: set[str]
+    """Root ids whose batches are all visible: their private rows and markers are written."""
+    generation: str
+    """The generation the batches went to."""
+    definitions_only: set[str] = field(default_factory=set)
+    """Kept-out root ids whose carried definitions alone are visible (rows, no marker)."""
+
+
 class _Sending:
     """One slice's public batches on their own thread (:meth:`ProjectorWorker._send_all`),
     so the worker folds the next slice meanwhile; :meth:`result` waits and returns or
@@ -447,7 +476,7 @@ class _Sending:
         projections: list[tuple[ExecutionInputs, Projection]],
     ) -> None:
         self.projections = projections
-        self._outcome: tuple[set[str], str] | None = None
+        self._outcome: _Sent | None = None
         self._error: BaseException | None = None
         sent = [p for _, p in projections]
         self._thread = threading.Thread(
@@ -471,8 +500,8 @@ class _Sending:
         except BaseException as exc:  # re-raised by result() on the worker's thread
             self._error = exc
 
-    def result(self) -> tuple[set[str], str]:
-        """The root ids to write and the generation the batches went to."""
+    def result(self) -> _Sent:
+        """What the send made visible (:class:`_Sent`)."""
         self._thread.join()
         if self._error is not None:
             raise self._error
