@@ -228,6 +228,49 @@ def test_the_next_slice_is_folded_while_a_slice_is_in_flight(
         assert_same_relations(ingest.projected_tables(), ingest.local_tables())
 
 
+def test_slices_of_one_meta_object_are_in_flight_side_by_side(
+    tmp_path: Path,
+    chdb_dsn: str,
+    fact_database: str,
+    workload_store: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``slices_in_flight=2``: the first slice's send waits until the next slice's send has
+    begun (one worker thread: only the same meta object can start it), and every slice
+    lands whole."""
+    config = WorkerConfig(retry_backoff_s=(0,), slice_executions=2, slices_in_flight=2)
+    with ingest_path(tmp_path, chdb_dsn, fact_database, workload_store, config=config) as ingest:
+        worker = ingest.worker
+        calls: list[list[str]] = []
+        second = threading.Event()
+        lock = threading.Lock()
+        send_all = worker._send_all
+
+        def sending(scope: Any, generation: str, private: Any, projections: list[Any]) -> Any:
+            with lock:
+                calls.append([p.root_id for p in projections])
+                n = len(calls)
+            if n == 1:
+                assert second.wait(30), "the next slice was not sent while this one was in flight"
+            elif n == 2:
+                second.set()
+            return send_all(scope, generation, private, projections)
+
+        monkeypatch.setattr(worker, "_send_all", sending)
+        _drain_all(ingest)
+        assert second.is_set() and worker.stats.quarantined == 0
+        sent = [root for call in calls for root in call]
+        assert len(sent) == len(set(sent)) == worker.stats.executions
+        assert ingest.private.projected(sent) == set(sent)
+        assert_same_relations(ingest.projected_tables(), ingest.local_tables())
+
+
+@pytest.mark.parametrize("field", ["slice_executions", "slices_in_flight", "batch_concurrency"])
+def test_slice_settings_must_be_positive(field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        WorkerConfig(**{field: 0})
+
+
 def test_a_failure_folding_the_next_slice_still_lands_the_slice_in_flight(
     tmp_path: Path,
     chdb_dsn: str,
