@@ -5,8 +5,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 from readback import load
 
+import baml_studio.profiler.profiler as profiler_module
 from baml_studio.format.records import RootStatus
 from baml_studio.profiler import Profiler, ProfilerConfig, baml_function
 from baml_studio.store import StoreReader
@@ -79,3 +81,32 @@ def test_many_roots_make_few_files(store_root: Path) -> None:
     assert len(sorted(store_root.glob("streams/*/meta/*.bamlmeta"))) == 2
     assert len(_data_files(store_root)) <= 2
     assert len(list(store_root.glob("cas/sha256/*/*.bamlvalue"))) == 1 + 14
+
+
+def test_a_backlog_is_published_as_it_is_applied(
+    store_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Events queued faster than the consumer applies them: one pass applies them a slice
+    at a time and publishes whenever a publication is due, so the first executions' ends
+    reach the store before the whole backlog is applied (not in one cycle at the end)."""
+    monkeypatch.setattr(profiler_module, "DRAIN_SLICE", 50)
+    prof = Profiler(  # the consumer thread sleeps; the test runs its pass
+        ProfilerConfig(store_root=store_root, publish_interval_s=0.0, wake_interval_s=3600)
+    ).activate()
+    try:
+        for index in range(120):
+            work(f"text {index}")
+        queued = len(prof.recorder.events)
+        assert queued > 10 * 50
+        prof._pass(force=False)
+        assert not prof.recorder.events
+        metas = sorted(store_root.glob("streams/*/meta/*.bamlmeta"))
+        assert len(metas) > 4  # one cycle would have made two: meta-pre and meta-post
+        view = load(store_root)
+        assert len(view.executions) == 120
+        assert all(ex.ended is not None for ex in view.executions.values())
+        ended_in = {ex.ended_meta_seq for ex in view.executions.values()}
+        assert len(ended_in) > 1
+    finally:
+        prof.close()
+    assert prof.recorder.stats.internal_errors == 0

@@ -141,10 +141,11 @@ class Consumer:
 
     # --- draining --------------------------------------------------------------------------
 
-    def drain(self) -> int:
+    def drain(self, limit: int | None = None) -> int:
+        """Apply queued hot-path events, oldest first: all of them, or at most ``limit``."""
         events = self.rec.events
         handled = 0
-        while events:
+        while events and (limit is None or handled < limit):
             event = events.popleft()
             handled += 1
             try:

@@ -34,6 +34,10 @@ def os_arch() -> str:
     return f"{system}-{platform.machine().lower() or 'unknown'}"
 
 
+DRAIN_SLICE = 2_000
+"""Hot-path events the consumer applies between checks whether a publication is due."""
+
+
 class Profiler:
     """Records BAML calls of this process into one stream of a local store.
 
@@ -178,8 +182,15 @@ class Profiler:
             self._store.close()
 
     def _pass(self, *, force: bool) -> None:
+        """Apply the queued events and publish if due (or ``force``d). Under a backlog the
+        events are applied :data:`DRAIN_SLICE` at a time with a publish whenever one is due
+        in between, so the store keeps receiving segments every ``publish_interval`` (the
+        reference's worst case is two intervals) instead of one large cycle after the whole
+        backlog: the executions that ended first become readable, and shippable, first."""
         try:
-            self.consumer.drain()
+            while self.consumer.drain(DRAIN_SLICE) == DRAIN_SLICE and self.recorder.events:
+                if self.consumer.due():
+                    self.consumer.publish()
             if force or self.consumer.due():
                 self.consumer.publish()
         except Exception:
