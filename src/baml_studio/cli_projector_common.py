@@ -65,8 +65,8 @@ def projector_options(command: Command) -> Command:
             default=DEFAULT_KEY_CACHE_KEYS,
             show_default=True,
             metavar="KEYS",
-            help="Keys of Lance fragments remembered per scope to check keys without a scan "
-            "(about 150 bytes a key; 0: scan every time).",
+            help="Keys of Lance fragments remembered (one cache for all scopes) to check keys "
+            "without a scan (about 150 bytes a key; 0: scan every time).",
         ),
         click.option(
             "--derived",

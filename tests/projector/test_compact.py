@@ -42,12 +42,24 @@ def projector(tmp_path: Path) -> Iterator[Projector]:
         yield opened
 
 
-def test_each_scope_store_gets_the_configured_key_budget(tmp_path: Path) -> None:
+def test_the_scopes_share_one_configured_key_budget(tmp_path: Path) -> None:
+    """A projector's scopes remember fragment keys in one cache of the configured size, not
+    one each: serving many scopes does not multiply the memory."""
     dataplane = load_dataplane_config(tmp_path / "dp", host="127.0.0.1", port=8787)
     config = ProjectorConfig(dataplane, closed_port_url(), "token", lance_key_cache_keys=7)
     with open_projector(config) as opened:
-        assert opened.private_store(A).key_cache_keys == 7
-        assert opened.private_store(B).key_cache_keys == 7
+        a, b = opened.private_store(A), opened.private_store(B)
+        assert a.key_cache_keys == b.key_cache_keys == 7
+        shared = a.fragment_keys
+        assert b.fragment_keys is shared
+        for store, first in ((a, 0), (b, 10)):
+            entries = [invoice(n) for n in range(first, first + 5)]
+            store.ingest_values(entries)  # one fragment of 5 keys in each scope
+            reads = shared.reads
+            assert store.missing_values([e[0] for e in entries]) == set()
+            assert shared.reads > reads  # this scope's fragment went into the shared cache
+            assert len(shared) <= 7
+        assert a.missing_values([invoice(0)[0], invoice(10)[0]]) == {invoice(10)[0]}
     default = ProjectorConfig(dataplane, closed_port_url(), "token")
     assert default.lance_key_cache_keys == PrivateStore(str(tmp_path / "x")).key_cache_keys
     with pytest.raises(ValueError, match="lance_key_cache_keys"):

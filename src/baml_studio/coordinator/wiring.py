@@ -35,6 +35,7 @@ from baml_studio.gateway.config import Scope
 from baml_studio.gateway.service import Dataplane, DataplaneConfig
 from baml_studio.objectstore.directory import DirectoryBucket
 from baml_studio.projector.control_client import ControlClient
+from baml_studio.projector.fragment_keys import FragmentKeys
 from baml_studio.projector.lance_store import PrivateStore
 from baml_studio.projector.service import ProjectorConfig, lance_storage_options, scope_root
 
@@ -111,6 +112,7 @@ class _PrivateStores:
     def __init__(self, config: ProjectorConfig) -> None:
         self._config = config
         self._stores: dict[Scope, PrivateStore] = {}
+        self._keys = FragmentKeys(config.lance_key_cache_keys)  # one budget for all scopes
         self._lock = threading.Lock()
 
     def get(self, scope: Scope) -> PrivateStore:
@@ -118,6 +120,7 @@ class _PrivateStores:
             store = self._stores.get(scope)
             if store is None:
                 options = lance_storage_options(self._config.dataplane.s3)
-                store = PrivateStore(scope_root(self._config, scope), storage_options=options)
+                root = scope_root(self._config, scope)
+                store = PrivateStore(root, storage_options=options, fragment_keys=self._keys)
                 self._stores[scope] = store
             return store

@@ -44,8 +44,8 @@ clients opened then are kept for the life of the execution environment):
 ``AWS_REGION``                 region of bucket and queue (set by Lambda; default us-east-1)
 ``BAML_DERIVED_ROOT``          optional root of the Lance datasets (default
                                ``s3://<bucket>/derived/v1``, or ``DIR/derived/v1``)
-``BAML_LANCE_KEY_CACHE_KEYS``  optional: keys of Lance fragments remembered per scope
-                               (default 1,000,000, about 150 MB; 0 scans every time)
+``BAML_LANCE_KEY_CACHE_KEYS``  optional: keys of Lance fragments remembered, all scopes
+                               together (default 1,000,000, about 150 MB; 0 scans every time)
 =============================  =================================================================
 
 Credentials for S3, SQS and Lance come from the function's execution role (boto3's and

@@ -220,6 +220,7 @@ class PrivateStore:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         backoff_s: float = DEFAULT_BACKOFF_S,
         key_cache_keys: int = DEFAULT_KEY_CACHE_KEYS,
+        fragment_keys: FragmentKeys | None = None,
     ) -> None:
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
@@ -232,7 +233,7 @@ class PrivateStore:
         self._sleep = sleep
         self._max_attempts = max_attempts
         self._backoff_s = backoff_s
-        self._keys = FragmentKeys(key_cache_keys)
+        self._keys = FragmentKeys(key_cache_keys) if fragment_keys is None else fragment_keys
         self._writers: ThreadPoolExecutor | None = None
         self._writers_lock = threading.Lock()
 
@@ -242,8 +243,14 @@ class PrivateStore:
 
     @property
     def key_cache_keys(self) -> int:
-        """Keys of fragments this store remembers (:class:`~.fragment_keys.FragmentKeys`)."""
+        """Keys of fragments this store remembers (:class:`~.fragment_keys.FragmentKeys`;
+        shared with the other stores of its cache, if it was given one)."""
         return self._keys.max_keys
+
+    @property
+    def fragment_keys(self) -> FragmentKeys:
+        """The remembered fragment keys: the store's own, or the cache it was given."""
+        return self._keys
 
     def uri(self, name: str) -> str:
         """The URI of dataset ``name``."""

@@ -28,6 +28,7 @@ from baml_studio.objectstore.config import DirectoryBucketConfig, S3Config
 from baml_studio.objectstore.directory import DirectoryBucket
 from baml_studio.objectstore.port import ObjectStore
 from baml_studio.projector.control_client import ControlClient
+from baml_studio.projector.fragment_keys import FragmentKeys
 from baml_studio.projector.lance_store import DEFAULT_KEY_CACHE_KEYS, PrivateStore
 from baml_studio.projector.worker import ProjectorWorker, WorkerConfig
 from baml_studio.queue.port import Queue
@@ -67,8 +68,9 @@ class ProjectorConfig:
     """Lance versions newer than this survive compaction (queries bind recent versions)."""
 
     lance_key_cache_keys: int = DEFAULT_KEY_CACHE_KEYS
-    """Keys of Lance fragments each scope's private store remembers to answer "is this key
-    there?" without a scan (``FragmentKeys``; about 150 bytes a key; 0: scan every time)."""
+    """Keys of Lance fragments the projector remembers to answer "is this key there?"
+    without a scan (``FragmentKeys``, one cache shared by every scope's private store; about
+    150 bytes a key; 0: scan every time)."""
 
     def __post_init__(self) -> None:
         if self.lance_key_cache_keys < 0:
@@ -116,6 +118,7 @@ class Projector:
         self.queue = queue
         self.control = control
         self._private: dict[Scope, PrivateStore] = {}
+        self._keys = FragmentKeys(config.lance_key_cache_keys)  # one budget for all scopes
         self._lock = threading.Lock()
 
     def private_store(self, scope: Scope) -> PrivateStore:
@@ -127,7 +130,7 @@ class Projector:
                 store = PrivateStore(
                     uri,
                     storage_options=options,
-                    key_cache_keys=self.config.lance_key_cache_keys,
+                    fragment_keys=self._keys,
                 )
                 self._private[scope] = store
             return store
