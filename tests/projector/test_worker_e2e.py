@@ -175,7 +175,7 @@ def test_the_log_has_a_line_a_message_not_a_line_a_batch(
     tmp_path: Path, chdb_dsn: str, fact_database: str, workload_store: Path, caplog: Any
 ) -> None:
     """At INFO the projector says what each pack and meta object came to; each batch's
-    answer is DEBUG (a 100,000-call run sends ~62,000)."""
+    answer is DEBUG (a 100,000-call run sends ~50,000)."""
     caplog.set_level(logging.INFO, logger="baml_studio.projector")
     with ingest_path(tmp_path, chdb_dsn, fact_database, workload_store) as ingest:
         _drain_all(ingest)
