@@ -31,6 +31,7 @@ from baml_studio.format.records import (
     ThreadStart,
 )
 from baml_studio.store import OsFileSystem
+from baml_studio.store.fsops import StrPath
 
 HOLDER = Path(__file__).with_name("stream_holder.py")
 
@@ -110,17 +111,17 @@ class FaultyFs(OsFileSystem):
     ) -> None:
         self.faults[op] = Fault(oserror(code), when or (lambda _p: True), times)
 
-    def _check(self, op: str, path: Path | None) -> None:
-        self.calls.append((op, "" if path is None else str(path)))
+    def _check(self, op: str, path: StrPath | None) -> None:
+        self.calls.append((op, "" if path is None else os.fspath(path)))
         fault = self.faults.get(op)
-        if fault is not None and fault.times > 0 and (path is None or fault.when(path)):
+        if fault is not None and fault.times > 0 and (path is None or fault.when(Path(path))):
             fault.times -= 1
             raise fault.error
 
     def ops(self, op: str) -> list[str]:
         return [path for name, path in self.calls if name == op]
 
-    def create_new(self, path: Path) -> int:
+    def create_new(self, path: StrPath) -> int:
         self._check("create_new", path)
         return super().create_new(path)
 
@@ -132,25 +133,32 @@ class FaultyFs(OsFileSystem):
         self._check("fsync", None)
         super().fsync(fd)
 
-    def rename(self, src: Path, dst: Path) -> None:
+    def rename(self, src: StrPath, dst: StrPath) -> None:
         if self.before_rename is not None:
-            self.before_rename(src, dst)
+            self.before_rename(Path(src), Path(dst))
         self._check("rename", dst)
         super().rename(src, dst)
 
-    def fsync_dir(self, path: Path) -> None:
+    def rename_new(self, src: StrPath, dst: StrPath) -> None:
+        """Faulted and logged as ``rename``: the publication's rename step."""
+        if self.before_rename is not None:
+            self.before_rename(Path(src), Path(dst))
+        self._check("rename", dst)
+        super().rename_new(src, dst)
+
+    def fsync_dir(self, path: StrPath) -> None:
         self._check("fsync_dir", path)
         super().fsync_dir(path)
 
-    def mkdir(self, path: Path) -> None:
+    def mkdir(self, path: StrPath) -> None:
         self._check("mkdir", path)
         super().mkdir(path)
 
-    def sync_filesystem(self, path: Path) -> None:
+    def sync_filesystem(self, path: StrPath) -> None:
         self._check("sync_filesystem", path)
         super().sync_filesystem(path)
 
-    def free_bytes(self, path: Path) -> int:
+    def free_bytes(self, path: StrPath) -> int:
         self._check("free_bytes", path)
         return self.free if self.free is not None else super().free_bytes(path)
 

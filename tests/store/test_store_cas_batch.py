@@ -7,7 +7,7 @@ from pathlib import Path
 
 from store_helpers import FaultyFs, pending_files
 
-from baml_studio.format.cas import decode_cas_object
+from baml_studio.format.cas import decode_cas_object, encode_cas_object
 from baml_studio.format.ids import value_cid
 from baml_studio.store import (
     AdmissionGate,
@@ -116,3 +116,30 @@ def test_failed_second_barrier_is_indeterminate_until_resolved(root: Path, euid:
         assert store.publish_cas(1, b"later") == Published(value_cid(1, b"later"))
     layout = StoreLayout(root)
     assert read_usage_state(layout) == scan_physical_usage(layout)
+
+
+def test_an_object_written_by_another_writer_before_the_rename_is_never_replaced(
+    root: Path, euid: bytes
+) -> None:
+    """The final-path recheck and the rename are one step: another process's object that
+    appears after the recheck would have been silently replaced by a recheck-then-rename."""
+    fs = FaultyFs()
+    same, other = _bodies(2)
+    layout = StoreLayout(root)
+    theirs = {
+        layout.cas_path(value_cid(*same)): encode_cas_object(*same, value_cid(*same)),
+        layout.cas_path(value_cid(*other)): b"their different bytes",
+    }
+
+    def race(_src: Path, dst: Path) -> None:
+        if dst in theirs:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_bytes(theirs[dst])
+
+    with StreamStore.open(root, euid, fs=fs) as store:
+        fs.before_rename = race
+        results = store.publish_cas_batch([same, other])
+    assert results == [Reused(value_cid(*same)), Conflict(value_cid(*other))]
+    for path, data in theirs.items():
+        assert path.read_bytes() == data
+    assert pending_files(root) == []

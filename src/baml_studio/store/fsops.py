@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeAlias
+
+StrPath: TypeAlias = str | os.PathLike[str]
+"""A path as the port takes it: hot paths pass strings (no ``Path`` built per file)."""
 
 
 class FileSystem(Protocol):
     """The durable operations of atomic publication. Every method raises OSError on failure."""
 
-    def create_new(self, path: Path) -> int:
+    def create_new(self, path: StrPath) -> int:
         """Create ``path`` exclusively (``O_EXCL``) for writing; return the descriptor."""
 
     def write_all(self, fd: int, data: bytes) -> None:
@@ -27,19 +31,23 @@ class FileSystem(Protocol):
 
     def close(self, fd: int) -> None: ...
 
-    def rename(self, src: Path, dst: Path) -> None: ...
+    def rename(self, src: StrPath, dst: StrPath) -> None: ...
 
-    def fsync_dir(self, path: Path) -> None: ...
+    def rename_new(self, src: StrPath, dst: StrPath) -> None:
+        """Rename ``src`` to ``dst`` unless ``dst`` exists (``FileExistsError``, ``src``
+        left in place): the final-path recheck and the rename as one step."""
 
-    def mkdir(self, path: Path) -> None:
+    def fsync_dir(self, path: StrPath) -> None: ...
+
+    def mkdir(self, path: StrPath) -> None:
         """Create one directory; raises FileExistsError if it exists."""
 
-    def unlink(self, path: Path) -> None: ...
+    def unlink(self, path: StrPath) -> None: ...
 
-    def free_bytes(self, path: Path) -> int:
+    def free_bytes(self, path: StrPath) -> int:
         """Bytes available to an unprivileged writer on the filesystem holding ``path``."""
 
-    def sync_filesystem(self, path: Path) -> None:
+    def sync_filesystem(self, path: StrPath) -> None:
         """Make every write so far on the filesystem holding ``path`` durable (``syncfs``):
         file data, metadata and directory entries. One barrier for a batch of files."""
 
@@ -47,7 +55,7 @@ class FileSystem(Protocol):
 class OsFileSystem:
     """The real filesystem (POSIX)."""
 
-    def create_new(self, path: Path) -> int:
+    def create_new(self, path: StrPath) -> int:
         return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
 
     def write_all(self, fd: int, data: bytes) -> None:
@@ -62,32 +70,62 @@ class OsFileSystem:
     def close(self, fd: int) -> None:
         os.close(fd)
 
-    def rename(self, src: Path, dst: Path) -> None:
+    def rename(self, src: StrPath, dst: StrPath) -> None:
         os.rename(src, dst)
 
-    def fsync_dir(self, path: Path) -> None:
+    def rename_new(self, src: StrPath, dst: StrPath) -> None:
+        if _renameat2 is not None:
+            code = _renameat2(-100, os.fsencode(src), -100, os.fsencode(dst), RENAME_NOREPLACE)
+            if code == 0:
+                return
+            errno_ = ctypes.get_errno()
+            if errno_ not in (errno.EINVAL, errno.ENOSYS):  # else: not on this filesystem
+                raise OSError(errno_, os.strerror(errno_), os.fspath(dst))
+        if os.path.lexists(dst):  # no atomic form: recheck, then rename
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), os.fspath(dst))
+        os.rename(src, dst)
+
+    def fsync_dir(self, path: StrPath) -> None:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
 
-    def mkdir(self, path: Path) -> None:
+    def mkdir(self, path: StrPath) -> None:
         os.mkdir(path, 0o755)
 
-    def unlink(self, path: Path) -> None:
+    def unlink(self, path: StrPath) -> None:
         os.unlink(path)
 
-    def free_bytes(self, path: Path) -> int:
+    def free_bytes(self, path: StrPath) -> int:
         stats = os.statvfs(path)
         return stats.f_bavail * stats.f_frsize
 
-    def sync_filesystem(self, path: Path) -> None:
+    def sync_filesystem(self, path: StrPath) -> None:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             _syncfs(fd)
         finally:
             os.close(fd)
+
+
+RENAME_NOREPLACE = 1
+
+
+def _load_renameat2() -> Callable[[int, bytes, int, bytes, int], int] | None:
+    """``renameat2(2)`` through libc where it exists (Linux, glibc 2.28+); ``None`` elsewhere.
+    Called with ``AT_FDCWD`` (-100) for both directories."""
+    try:
+        native = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    native.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    native.restype = ctypes.c_int
+    return native
+
+
+_renameat2 = _load_renameat2()
 
 
 def _load_syncfs() -> Callable[[int], None]:
@@ -129,7 +167,7 @@ def ensure_dirs(fs: FileSystem, top: Path, path: Path) -> None:
         fs.fsync_dir(directory.parent)
 
 
-def write_file_durably(fs: FileSystem, path: Path, data: bytes) -> None:
+def write_file_durably(fs: FileSystem, path: StrPath, data: bytes) -> None:
     """Create ``path`` exclusively, write ``data``, fsync and close. Removes it on failure."""
     fd = fs.create_new(path)
     try:
@@ -142,7 +180,7 @@ def write_file_durably(fs: FileSystem, path: Path, data: bytes) -> None:
     fs.close(fd)
 
 
-def write_file(fs: FileSystem, path: Path, data: bytes) -> None:
+def write_file(fs: FileSystem, path: StrPath, data: bytes) -> None:
     """Create ``path`` exclusively and write ``data`` without an fsync (the caller syncs a
     whole batch with :meth:`FileSystem.sync_filesystem`). Removes it on failure."""
     fd = fs.create_new(path)
@@ -155,7 +193,7 @@ def write_file(fs: FileSystem, path: Path, data: bytes) -> None:
     fs.close(fd)
 
 
-def discard(fs: FileSystem, path: Path) -> None:
+def discard(fs: FileSystem, path: StrPath) -> None:
     """Best-effort unlink of a temp file; a leftover is counted by the next physical scan."""
     with contextlib.suppress(OSError):
         fs.unlink(path)

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import enum
+import os
 import re
 import uuid
 from dataclasses import dataclass
@@ -107,6 +108,12 @@ class StoreLayout:
     def new_tmp_path(self) -> Path:
         return self.tmp_dir / f"{uuid.uuid4().hex}{PENDING_SUFFIX}"
 
+    def new_tmp_names(self, count: int) -> list[str]:
+        """``count`` fresh :meth:`new_tmp_path` paths as strings, from one random read (a
+        group commit's temp files: no ``Path`` and no ``uuid.UUID`` built per file)."""
+        tmp = f"{os.fspath(self.root)}/tmp/"
+        return [f"{tmp}{name}{PENDING_SUFFIX}" for name in uuid4_hexes(count)]
+
     def stream_dir(self, euid: bytes) -> Path:
         if len(euid) != 16:
             raise ValueError(f"a process euid is 16 bytes, got {len(euid)}")
@@ -124,6 +131,24 @@ class StoreLayout:
     def cas_path(self, cid: bytes) -> Path:
         """``cas/sha256/<2 hex>/<64 hex>.bamlvalue``."""
         return self.root / cas_relpath(cid)
+
+    def cas_path_str(self, cid: bytes) -> str:
+        """:meth:`cas_path` as a string (the group commit's hot path)."""
+        return f"{os.fspath(self.root)}/{cas_relpath(cid)}"
+
+
+_V4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
+_V4_SET = (0x4000 << 64) | (0x8000 << 48)
+
+
+def uuid4_hexes(count: int) -> list[str]:
+    """``count`` random version-4 UUIDs in their 32-hex simple form (``uuid.uuid4().hex``),
+    from one ``os.urandom`` read."""
+    raw = os.urandom(16 * count)
+    return [
+        f"{(int.from_bytes(raw[i : i + 16], 'big') & _V4_CLEAR) | _V4_SET:032x}"
+        for i in range(0, 16 * count, 16)
+    ]
 
 
 def ensure_gitignore(root: Path) -> bool:

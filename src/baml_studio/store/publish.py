@@ -26,6 +26,7 @@ from baml_studio.store.config import DiskBudget
 from baml_studio.store.errors import StoreError, StoreFailureReason, reason_for_oserror
 from baml_studio.store.fsops import (
     FileSystem,
+    StrPath,
     discard,
     ensure_dirs,
     write_file,
@@ -81,7 +82,7 @@ class Publisher:
         self._terminal_attempt_used = False
         self._pending: IndeterminateToken | None = None
         self._mutex = threading.Lock()
-        self._known_dirs: set[Path] = set()
+        self._known_dirs: set[str] = set()
         """Directories this writer created or saw; CAS fan-out dirs are never removed while
         a writer holds the stream (``clean`` needs the exclusive lease)."""
 
@@ -129,7 +130,7 @@ class Publisher:
                 lock.release()
 
     def publish_batch(
-        self, kind: PublicationKind, items: list[tuple[Path, bytes]]
+        self, kind: PublicationKind, items: list[tuple[StrPath, bytes]]
     ) -> list[Attempt]:
         """Publish many files with one group commit (the profiler's CAS objects).
 
@@ -152,13 +153,14 @@ class Publisher:
                 lock.release()
 
     def _publish_batch_locked(
-        self, kind: PublicationKind, items: list[tuple[Path, bytes]]
+        self, kind: PublicationKind, items: list[tuple[StrPath, bytes]]
     ) -> list[Attempt]:
         usage = self._current_usage()
         if isinstance(usage, Lost):
             return [usage] * len(items)
         results: list[Attempt | None] = [None] * len(items)
-        staged: list[tuple[int, Path, Path, int]] = []
+        staged: list[tuple[int, str, StrPath, int]] = []
+        tmp_names = self._layout.new_tmp_names(len(items))
         free = 0
         if self._budget is not None:
             try:
@@ -176,7 +178,7 @@ class Publisher:
                 self._latch(AdmissionGate.DISK)
                 results[index] = Lost(StoreFailureReason.DISK_GUARD_EXCEEDED)
                 continue
-            tmp = self._layout.new_tmp_path()
+            tmp = tmp_names[index]
             try:
                 write_file(self._fs, tmp, data)
             except OSError as exc:
@@ -192,17 +194,18 @@ class Publisher:
                     discard(self._fs, tmp)
                     results[index] = self._lost(exc)
                 staged = []
-        renamed: list[tuple[int, Path, int]] = []
+        renamed: list[tuple[int, StrPath, int]] = []
         for index, tmp, final, size in staged:
             try:
-                if os.path.lexists(final):
-                    discard(self._fs, tmp)
-                    results[index] = Exists()
-                    continue
-                if final.parent not in self._known_dirs:
-                    ensure_dirs(self._fs, self._layout.root, final.parent)
-                    self._known_dirs.add(final.parent)
-                self._fs.rename(tmp, final)
+                parent = os.path.dirname(final)
+                if parent not in self._known_dirs:
+                    ensure_dirs(self._fs, self._layout.root, Path(parent))
+                    self._known_dirs.add(parent)
+                self._fs.rename_new(tmp, final)
+            except FileExistsError:
+                discard(self._fs, tmp)
+                results[index] = Exists()
+                continue
             except OSError as exc:
                 discard(self._fs, tmp)
                 results[index] = self._lost(exc)
@@ -215,7 +218,7 @@ class Publisher:
                     self._fs, self._layout, usage + sum(size for _, _, size in renamed)
                 )
             except OSError:
-                self._pending = IndeterminateToken(next(_TOKENS), kind, renamed[0][1])
+                self._pending = IndeterminateToken(next(_TOKENS), kind, Path(renamed[0][1]))
                 for index, _, _ in renamed:
                     results[index] = Indeterminate(self._pending, None)
                 return [r if r is not None else Blocked(self._pending) for r in results]
@@ -259,11 +262,11 @@ class Publisher:
         except OSError as exc:
             return self._lost(exc)
         try:
-            if os.path.lexists(final):
-                discard(self._fs, tmp)
-                return Exists()
             ensure_dirs(self._fs, self._layout.root, final.parent)
-            self._fs.rename(tmp, final)
+            self._fs.rename_new(tmp, final)
+        except FileExistsError:
+            discard(self._fs, tmp)
+            return Exists()
         except OSError as exc:
             discard(self._fs, tmp)
             return self._lost(exc)

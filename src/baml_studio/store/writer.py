@@ -172,7 +172,7 @@ class StreamStore:
         """
         self._check_open()
         results: list[CasResult | None] = [None] * len(items)
-        pending: list[tuple[int, bytes, bytes, Path]] = []
+        pending: list[tuple[int, bytes, bytes, str]] = []
         seen: dict[bytes, int] = {}
         cids = [value_cid(codec, body) for codec, body in items]
         for index, (codec, body) in enumerate(items):
@@ -180,7 +180,7 @@ class StreamStore:
             if cid in seen:
                 continue
             raw = encode_cas_object(codec, body, cid)
-            final = self._layout.cas_path(cid)
+            final = self._layout.cas_path_str(cid)  # a string: no Path built per object
             seen[cid] = index
             try:
                 os.lstat(final)
@@ -189,7 +189,7 @@ class StreamStore:
                 continue
             except OSError:
                 pass
-            existing = _verify_existing(final, raw, cid)
+            existing = _verify_existing(Path(final), raw, cid)
             if existing is not None:
                 results[index] = existing
             else:
@@ -201,7 +201,7 @@ class StreamStore:
             if isinstance(attempt, Written):
                 results[index] = Published(cid)
             elif isinstance(attempt, Exists):
-                verified = _verify_existing(final, raw, cid)
+                verified = _verify_existing(Path(final), raw, cid)
                 results[index] = verified or Lost(StoreFailureReason.PATH_CONFLICT)
             else:
                 results[index] = attempt
