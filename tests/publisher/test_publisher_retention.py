@@ -66,6 +66,42 @@ def test_an_entry_whose_file_is_gone_is_dropped(demo_store: Path) -> None:
     assert state.shipped() == {}
 
 
+def test_without_the_file_check_a_gone_file_s_entry_waits_for_its_expiry(
+    demo_store: Path,
+) -> None:
+    (cid, path), (young, _) = sorted(_cas_files(demo_store).items())[:2]
+    state = PublishState(demo_store)
+    state.mark_shipped([cid], now=1_000)
+    state.mark_shipped([young], now=2_000)
+    path.unlink()
+    kept = apply_retention(
+        demo_store, retention_seconds=3600, now=1_001, state=state, check_files=False
+    )
+    assert kept.expired_values == 0 and state.shipped() == {cid: 1_000, young: 2_000}
+    expired = apply_retention(
+        demo_store, retention_seconds=3600, now=4_600, state=state, check_files=False
+    )
+    assert expired.expired_values == 1 and state.shipped() == {young: 2_000}
+
+
+def test_a_publisher_checks_for_gone_files_on_its_first_pass_only(
+    fake_env: FakeEnv, demo_store: Path
+) -> None:
+    now = [10_000.0]
+    publisher = Publisher(demo_store, fake_env.url, TOKEN, clock=lambda: now[0])
+    assert publisher.flush().complete
+    shipped = PublishState(demo_store).shipped()
+    files = _cas_files(demo_store)
+    first, second = sorted(shipped)[:2]
+    files[first].unlink()  # as a crash between a removal and its ledger update leaves it
+    report = publisher.retain()
+    assert report is not None and report.expired_values == 1
+    files[second].unlink()
+    report = publisher.retain()  # a stat per shipped value is not repeated every pass
+    assert report is not None and report.expired_values == 0
+    assert set(PublishState(demo_store).shipped()) == set(shipped) - {first}
+
+
 def _ship_half(root: Path) -> tuple[PublishState, set[Path], set[Path], set[Path]]:
     """Mark half the values shipped and move every cursor to its first segment. Returns the
     state, shipped segments, shipped values and the unshipped files."""

@@ -58,6 +58,7 @@ class Publisher:
             gateway_url, token, timeout=self.settings.request_timeout_seconds
         )
         self._state = PublishState(self._root)
+        self._files_checked = False  # the first retention pass drops entries whose file is gone
         self._clock = clock
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -167,10 +168,12 @@ class Publisher:
         if self._config is None and budget is None:
             return None
         expiry = self._config.shipped_value_retention_seconds if self._config else math.inf
-        return apply_retention(
+        report = apply_retention(
             self._root, retention_seconds=expiry, now=self._clock(), budget_bytes=budget,
-            state=self._state,
+            state=self._state, check_files=not self._files_checked,
         )  # fmt: skip
+        self._files_checked = True
+        return report
 
     def try_flush(self) -> FlushReport | None:
         """``flush()`` with the backoff policy applied; errors are kept in ``last_error``."""

@@ -16,6 +16,7 @@ Not done: the ledger rebuild is a full directory walk per pass that removed some
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -53,10 +54,27 @@ def delete_files(layout: StoreLayout, paths: Iterable[Path]) -> int:
     return freed
 
 
-def _shipped_values(state: PublishState) -> list[tuple[int, bytes, Path]]:
-    """``(shipped_at, cid, value path)`` of every ledger entry, oldest first."""
+def _split_values(
+    state: PublishState, retention_seconds: float, now: float, check_files: bool
+) -> tuple[list[tuple[bytes, Path]], list[tuple[int, bytes]]]:
+    """The ledger's entries as (to remove: ``(cid, value path)`` of the expired ones and, when
+    ``check_files``, of those whose file is gone; to keep: ``(shipped_at, cid)``), each oldest
+    first. A path is built only for an entry that goes: a pass over a ledger of many
+    thousands of shipped values that are all young costs a dict walk, not a ``Path`` and a
+    ``stat`` per entry."""
     layout = state.layout
-    return sorted((at, cid, layout.cas_path(cid)) for cid, at in state.shipped().items())
+    expired: list[tuple[int, bytes]] = []
+    kept: list[tuple[int, bytes]] = []
+    for cid, at in state.shipped().items():
+        if now - at >= retention_seconds or (
+            check_files and not os.path.exists(layout.cas_path_str(cid))
+        ):
+            expired.append((at, cid))
+        else:
+            kept.append((at, cid))
+    expired.sort()
+    kept.sort()
+    return [(cid, layout.cas_path(cid)) for _, cid in expired], kept
 
 
 def _shipped_segments(state: PublishState) -> list[tuple[float, Path]]:
@@ -86,25 +104,25 @@ def apply_retention(
     now: float,
     budget_bytes: int | None = None,
     state: PublishState | None = None,
+    check_files: bool = True,
 ) -> RetentionReport:
-    """One retention pass over the store at ``root``; never removes an unshipped file."""
+    """One retention pass over the store at ``root``; never removes an unshipped file.
+    ``check_files``: also drop the entries whose file is gone (a crash between a removal and
+    its ledger update); a long-lived publisher asks for it on its first pass only: it is a
+    ``stat`` per shipped value, and an entry it would drop early is otherwise dropped when it
+    expires (removing an absent file is a no-op)."""
     state = state or PublishState(root)
     layout = state.layout
     report = RetentionReport()
-    remove: list[Path] = []
-    forget: list[bytes] = []
-    keep: list[tuple[bytes, Path]] = []
-    for shipped_at, cid, value in _shipped_values(state):
-        if now - shipped_at >= retention_seconds or not value.exists():
-            remove.append(value)
-            forget.append(cid)
-            report.expired_values += 1
-        else:
-            keep.append((cid, value))
+    gone, kept = _split_values(state, retention_seconds, now, check_files)
+    remove = [path for _, path in gone]
+    forget = [cid for cid, _ in gone]
+    report.expired_values = len(gone)
     if budget_bytes is not None:
         usage = scan_physical_usage(layout) - _sizes(remove)
         segments = [(None, p) for _, p in _shipped_segments(state)]
-        candidates: list[tuple[bytes | None, Path]] = [*segments, *keep]
+        values = ((cid, layout.cas_path(cid)) for _, cid in kept)
+        candidates: Iterable[tuple[bytes | None, Path]] = itertools.chain(segments, values)
         for owner, path in candidates:
             if usage <= budget_bytes:
                 break
