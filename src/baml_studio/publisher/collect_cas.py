@@ -271,15 +271,22 @@ def _scan_unshipped(state: PublishState) -> Iterator[_CasFile]:
         return
     for prefix in prefixes:
         directory = f"{cas_dir}/{prefix}"
+        found: list[tuple[str, bytes, os.DirEntry[str]]] = []
         try:
             with os.scandir(directory) as scan:
-                entries = sorted(scan, key=lambda e: e.name)
+                for entry in scan:  # the shipped ones (most, in a long run) are not sorted
+                    cid = parse_cas_file_name(entry.name)
+                    if cid is not None and cid not in shipped:
+                        found.append((entry.name, cid, entry))
         except (NotADirectoryError, FileNotFoundError):
             continue
-        for entry in entries:
-            cid = parse_cas_file_name(entry.name)
-            if cid is not None and cid not in shipped:
-                yield _CasFile(cid, f"{directory}/{entry.name}", _size(entry))
+        found.sort(key=_name)
+        for name, cid, entry in found:
+            yield _CasFile(cid, f"{directory}/{name}", _size(entry))
+
+
+def _name(item: tuple[str, bytes, os.DirEntry[str]]) -> str:
+    return item[0]
 
 
 def _size(entry: os.DirEntry[str]) -> int:
