@@ -711,6 +711,11 @@ def main() -> None:
     finally:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
+            # the removal frees ~200,000 files: flush it (on a disk mounted with `discard`,
+            # its TRIMs) now, so the next run's file creation is not charged for it (seen: a
+            # run started within seconds of another's removal took 50-60 s instead of 30-40
+            # to accept every object, with the same code)
+            os.sync()
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 - A value or table whose shipped-ledger time is ``shipped_value_retention_seconds`` or more
   before ``now`` is removed, file first, then its ledger entry (a crash in between leaves an
-  entry without a file, which :func:`apply_retention` also drops).
+  entry without a file, which :func:`apply_retention` drops when asked to check the files, as
+  a publisher's first pass does, and otherwise once the entry expires).
 - Under disk pressure (physical usage above ``budget_bytes``) shipped files are removed oldest
   first: shipped segments (at or below their plane cursor) by modification time, then the
   remaining shipped values and tables by ledger time. Unshipped files are never removed here:
