@@ -21,13 +21,18 @@ def _cas_files(root: Path) -> dict[bytes, Path]:
     return {cid: path for cid, path in found.items() if cid is not None}
 
 
+def _flushed(fake_env: FakeEnv, root: Path, now: list[float]) -> tuple[Publisher, dict[bytes, int]]:
+    """A publisher on the clock ``now[0]`` that shipped everything; the shipped ledger."""
+    publisher = Publisher(root, fake_env.url, TOKEN, clock=lambda: now[0])
+    assert publisher.flush().complete
+    return publisher, PublishState(root).shipped()
+
+
 def test_values_expire_by_ledger_time_of_the_injected_clock(
     fake_env: FakeEnv, demo_store: Path
 ) -> None:
     now = [10_000.0]
-    publisher = Publisher(demo_store, fake_env.url, TOKEN, clock=lambda: now[0])
-    assert publisher.flush().complete
-    shipped = PublishState(demo_store).shipped()
+    publisher, shipped = _flushed(fake_env, demo_store, now)
     assert shipped and set(shipped.values()) == {10_000}
     before = _cas_files(demo_store)
     assert set(shipped) <= set(before)
@@ -87,10 +92,7 @@ def test_without_the_file_check_a_gone_file_s_entry_waits_for_its_expiry(
 def test_a_publisher_checks_for_gone_files_on_its_first_pass_only(
     fake_env: FakeEnv, demo_store: Path
 ) -> None:
-    now = [10_000.0]
-    publisher = Publisher(demo_store, fake_env.url, TOKEN, clock=lambda: now[0])
-    assert publisher.flush().complete
-    shipped = PublishState(demo_store).shipped()
+    publisher, shipped = _flushed(fake_env, demo_store, [10_000.0])
     files = _cas_files(demo_store)
     first, second = sorted(shipped)[:2]
     files[first].unlink()  # as a crash between a removal and its ledger update leaves it
