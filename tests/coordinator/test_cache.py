@@ -431,6 +431,45 @@ def test_threads_with_clears_never_see_a_wrong_body(tmp_path: Path, later: bool)
     assert cache.stats.bytes <= cache.max_bytes
 
 
+def test_an_entry_evicted_while_it_is_read_does_not_come_back_into_the_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hit whose file was evicted between its read and its bookkeeping is still a hit, but
+    the index neither counts it again nor leaves the budget (it did both: a rare failure of the
+    threaded tests above, ``stats.bytes`` over ``max_bytes``)."""
+    import baml_studio.coordinator.cache as cache_mod
+
+    cache = ReadCache(tmp_path, 2 * (HEADER_BYTES + 100))  # two entries fit
+    cache.put("values", "a", body(1))
+    real = cache_mod.decode_entry
+
+    def evicted_meanwhile(data: bytes, digest: bytes) -> bytes | None:
+        monkeypatch.setattr(cache_mod, "decode_entry", real)
+        cache.put("values", "b", body(2))
+        cache.put("values", "c", body(3))  # evicts "a", the least recently used
+        return real(data, digest)
+
+    monkeypatch.setattr(cache_mod, "decode_entry", evicted_meanwhile)
+    assert cache.get("values", "a") == body(1)
+    stats = cache.stats
+    on_disk = files_under(tmp_path)
+    assert stats.evictions == 1 and stats.bytes <= cache.max_bytes
+    assert (stats.entries, stats.bytes) == (len(on_disk), sum(p.stat().st_size for p in on_disk))
+    assert cache.get("values", "a") is None
+
+
+def test_an_entry_another_process_wrote_joins_the_index_within_the_budget(
+    tmp_path: Path,
+) -> None:
+    cache = ReadCache(tmp_path, 2 * (HEADER_BYTES + 100))
+    other = ReadCache(tmp_path, 1 << 20)  # another process sharing the directory
+    for n in range(3):
+        other.put("values", f"k{n}", body(n))
+    for n in range(3):
+        assert cache.get("values", f"k{n}") == body(n)
+    assert cache.stats.bytes <= cache.max_bytes and cache.stats.entries == 2
+
+
 def write_in_process(directory: str, worker: int, rounds: int) -> tuple[int, int]:
     """Spawned: writes the shared key and its own keys, reads all back; (wrong bodies, hits)."""
     cache = ReadCache(Path(directory), 40 * (HEADER_BYTES + 100))

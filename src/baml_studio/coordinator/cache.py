@@ -30,8 +30,10 @@ Size: each process keeps its own index of entry sizes in least-recently-used ord
 from the directory, oldest mtime first, when the cache opens; a hit touches the file's mtime so
 a restart keeps the order) and evicts the least recently used entries once the total passes
 ``max_bytes``. Several processes may share one directory: renames are atomic, an entry another
-process evicted is a miss, an entry it wrote joins this process's index when read. The directory
-may then briefly hold more than ``max_bytes`` (each process evicts what it knows of).
+process evicted is a miss, an entry it wrote joins this process's index when read (and the
+index evicts down to ``max_bytes`` then); an entry evicted while a thread was reading it is
+still that read's hit but does not come back into the index. The directory may briefly hold
+more than ``max_bytes`` (each process evicts what it knows of).
 
 I/O failures (the directory deleted under a running cache, no space, no permission) are misses
 and skipped writes, counted in :class:`CacheStats`; ``get`` and ``put`` never raise them.
@@ -242,7 +244,13 @@ class ReadCache:
         with self._lock:
             self._hits += 1
             self._bytes_read += len(body)
-            self._record_locked(name, len(data))
+            # Evicted (or cleared) while it was read: this process removes files under the
+            # lock, so one that is gone now must not come back into the index, where it would
+            # count against the budget with no file behind it. One ``stat``, only for a name
+            # the index does not hold (evicted, or written by another process).
+            if name in self._index or path.exists():
+                self._record_locked(name, len(data))
+                self._evict_locked()
         return body
 
     def get_many(self, namespace: str, keys: Iterable[str]) -> dict[str, bytes]:
