@@ -16,7 +16,6 @@ from __future__ import annotations
 import enum
 import os
 import re
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,11 +105,12 @@ class StoreLayout:
         return self.root / "cas" / "sha256"
 
     def new_tmp_path(self) -> Path:
-        return self.tmp_dir / f"{uuid.uuid4().hex}{PENDING_SUFFIX}"
+        """A fresh ``tmp/<uuid4 hex>.pending``."""
+        return Path(self.new_tmp_names(1)[0])
 
     def new_tmp_names(self, count: int) -> list[str]:
-        """``count`` fresh :meth:`new_tmp_path` paths as strings, from one random read (a
-        group commit's temp files: no ``Path`` and no ``uuid.UUID`` built per file)."""
+        """``count`` fresh ``tmp/<uuid4 hex>.pending`` paths as strings, from one random read
+        (a group commit's temp files: no ``Path`` and no ``uuid.UUID`` built per file)."""
         tmp = f"{os.fspath(self.root)}/tmp/"
         return [f"{tmp}{name}{PENDING_SUFFIX}" for name in uuid4_hexes(count)]
 
