@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,41 @@ def test_object_appearing_at_the_recheck_is_verified_not_overwritten(
     with StreamStore.open(root, euid, fs=RacingFs()) as store:
         assert store.publish_cas(1, b"raced") == Reused(cid)
         assert not list((root / "tmp").glob("*.pending"))
+
+
+@pytest.mark.parametrize("look", range(1, 7))
+def test_an_object_appearing_during_the_first_look_is_never_a_conflict(
+    root: Path, euid: bytes, monkeypatch: pytest.MonkeyPatch, look: int
+) -> None:
+    """Another process publishes the same object (complete, by rename) just before the writer's
+    ``look``-th look at its final path. Whatever the writer saw, absent or present, the
+    outcome is the object, never a conflict: a look made of several checks (link? file?
+    exists?) once saw it absent and then present, and refused an engine's function table."""
+    raw = encode_cas_object(2, b"table")
+    cid = value_cid(2, b"table")
+    final = StoreLayout(root).cas_path(cid)
+    real_stat, real_lstat, real_rename = os.stat, os.lstat, os.rename
+    looks = 0
+
+    def appear_before_a_look(real):  # type: ignore[no-untyped-def]
+        def look_at(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+            nonlocal looks
+            if os.fspath(path) == str(final):
+                looks += 1
+                if looks == look:
+                    theirs = os.path.join(os.path.dirname(final), "theirs.tmp")
+                    os.makedirs(os.path.dirname(final), exist_ok=True)
+                    with open(theirs, "wb") as file:
+                        file.write(raw)
+                    real_rename(theirs, final)
+            return real(path, *args, **kwargs)
+
+        return look_at
+
+    with StreamStore.open(root, euid) as store:
+        monkeypatch.setattr(os, "stat", appear_before_a_look(real_stat))
+        monkeypatch.setattr(os, "lstat", appear_before_a_look(real_lstat))
+        result = store.publish_cas(2, b"table")
+        monkeypatch.undo()
+    assert result in (Published(cid), Reused(cid))
+    assert final.read_bytes() == raw

@@ -9,6 +9,7 @@ fsyncs both plane directories. Each plane then publishes dense sequences from hi
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -26,7 +27,7 @@ from baml_studio.store.errors import (
     StreamInUse,
     reason_for_oserror,
 )
-from baml_studio.store.fsops import FileSystem, OsFileSystem, ensure_dirs
+from baml_studio.store.fsops import FileSystem, OsFileSystem, StrPath, ensure_dirs
 from baml_studio.store.layout import U64_MAX, Plane, StoreLayout, ensure_gitignore
 from baml_studio.store.locks import (
     FileLock,
@@ -189,7 +190,7 @@ class StreamStore:
                 continue
             except OSError:
                 pass
-            existing = _verify_existing(Path(final), raw, cid)
+            existing = _verify_existing(final, raw, cid)
             if existing is not None:
                 results[index] = existing
             else:
@@ -201,7 +202,7 @@ class StreamStore:
             if isinstance(attempt, Written):
                 results[index] = Published(cid)
             elif isinstance(attempt, Exists):
-                verified = _verify_existing(Path(final), raw, cid)
+                verified = _verify_existing(final, raw, cid)
                 results[index] = verified or Lost(StoreFailureReason.PATH_CONFLICT)
             else:
                 results[index] = attempt
@@ -320,14 +321,20 @@ def _open_scan(layout: StoreLayout, euid: bytes, fs: FileSystem) -> StreamHighWa
     return StreamHighWater(marks[Plane.META], marks[Plane.DATA])
 
 
-def _verify_existing(final: Path, raw: bytes, cid: bytes) -> Reused | Conflict | Lost | None:
-    """Re-verify an existing CAS object against the bytes we would write; None if absent."""
+def _verify_existing(final: StrPath, raw: bytes, cid: bytes) -> Reused | Conflict | Lost | None:
+    """Re-verify an existing CAS object against the bytes we would write; None if absent.
+
+    One ``lstat`` decides what is there: another writer's object can appear at any moment, and
+    a check made of several looks (is it a link, a file, does it exist) could see it absent at
+    one and present at the next, and call a good object a conflict. Objects appear complete
+    (rename) and are never rewritten, so what the look found is what is read.
+    """
     try:
-        if final.is_symlink() or not final.is_file():
-            return Conflict(cid) if final.is_symlink() or final.exists() else None
-        if final.stat().st_size != len(raw):
-            return Conflict(cid)
-        return Reused(cid) if final.read_bytes() == raw else Conflict(cid)
+        found = os.lstat(final)
+        if not stat.S_ISREG(found.st_mode) or found.st_size != len(raw):
+            return Conflict(cid)  # a link, a directory, or other bytes
+        with open(final, "rb") as file:
+            return Reused(cid) if file.read() == raw else Conflict(cid)
     except FileNotFoundError:
         return None
     except OSError as exc:
