@@ -79,16 +79,17 @@ def _serve(command: list[str], url: str, health: str, log_path: Path) -> Iterato
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            if process.poll() is not None:
-                tail = log_path.read_text(errors="replace")[-3000:]
-                raise SystemExit(f"{command[3:5]} exited with {process.returncode}:\n{tail}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url + health, timeout=1).status_code < 500:
-                    break
-            if time.monotonic() > deadline:
-                raise SystemExit(f"{command[3:5]} did not start in {START_TIMEOUT_S:.0f} s")
-            time.sleep(0.05)  # readiness poll of a child process, bounded by the deadline
+        with httpx.Client(timeout=1) as client:  # one client: each new one loads the CA store
+            while True:
+                if process.poll() is not None:
+                    tail = log_path.read_text(errors="replace")[-3000:]
+                    raise SystemExit(f"{command[3:5]} exited with {process.returncode}:\n{tail}")
+                with contextlib.suppress(httpx.HTTPError):
+                    if client.get(url + health).status_code < 500:
+                        break
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"{command[3:5]} did not start in {START_TIMEOUT_S:.0f} s")
+                time.sleep(0.05)  # readiness poll of a child process, bounded by the deadline
         yield process.pid
     finally:
         process.terminate()

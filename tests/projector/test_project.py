@@ -11,6 +11,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from projector_fixtures import (
     SCOPE,
     assert_same,
@@ -36,6 +38,8 @@ from baml_studio.projector.project import (
     PrivateRows,
     Projection,
     PublicBatch,
+    _as_struct,
+    _rows,
     batch_id,
     private_rows_schema,
     project_execution,
@@ -270,3 +274,43 @@ def test_many_executions_at_once_give_each_one_alone(
 
 def fingerprint_public(projection: Projection) -> list[tuple[str, bytes]]:
     return [(b.batch_id, ipc(b.table)) for b in projection.public]
+
+
+def _values(field: pa.Field, n: int) -> st.SearchStrategy[list[Any]]:
+    kind = field.type
+    one: st.SearchStrategy[Any]
+    if pa.types.is_string(kind):
+        one = st.text(max_size=12)
+    elif pa.types.is_list(kind):
+        one = st.lists(st.text(max_size=6), max_size=4)
+    elif pa.types.is_boolean(kind):
+        one = st.booleans()
+    elif pa.types.is_timestamp(kind):
+        one = st.integers(0, 2**62)
+    else:
+        one = st.integers(0, 2 ** (kind.bit_width - 1))
+    if field.nullable:
+        one = st.none() | one
+    return st.lists(one, min_size=n, max_size=n)
+
+
+@st.composite
+def _table_and_span(draw: st.DrawFn) -> tuple[pa.Table, int, int]:
+    relation = draw(st.sampled_from(PUBLIC_RELATIONS))
+    schema = registered_schema(relation.name)
+    n = draw(st.integers(2, 40))
+    columns = [pa.array(draw(_values(field, n)), field.type) for field in schema]
+    start = draw(st.integers(0, n - 1))
+    length = draw(st.integers(1, n - start))
+    return pa.Table.from_arrays(columns, schema=schema), start, length
+
+
+@settings(max_examples=150, deadline=None)
+@given(_table_and_span())
+def test_an_execution_s_rows_have_the_bytes_a_take_gives(case: tuple[pa.Table, int, int]) -> None:
+    """Cutting one execution's rows out of a slice's table gives the IPC bytes (schema,
+    buffers, padding, validity bits) of a ``take`` of those rows: what the execution's own
+    table has, so its batch digests do not depend on what it was projected with."""
+    table, start, length = case
+    cut = _rows(table, _as_struct(table), start, length)
+    assert ipc(cut) == ipc(table.take(pa.array(range(start, start + length), pa.int64())))

@@ -150,12 +150,13 @@ def project_executions(
         public_half, private_half = split_table(relation, table)
         schema = registered_schema(relation.name)
         exact = pa.Table.from_arrays(public_half.columns, schema=schema)
+        whole = _as_struct(exact)
         ids: list[str] = []
         for k, (start, length) in enumerate(spans[relation.name]):
             if length == 0:
                 continue
             batches = _partitions(
-                root_ids[k], relation.name, _rows(exact, start, length), n=partition_rows
+                root_ids[k], relation.name, _rows(exact, whole, start, length), n=partition_rows
             )
             public[k].extend(batches)
             ids.extend(row_id(b.batch_id, i) for b in batches for i in range(b.table.num_rows))
@@ -174,15 +175,25 @@ Span = tuple[int, int]
 """``(start, length)`` of one execution's rows in a relation's table."""
 
 
-def _rows(table: pa.Table, start: int, length: int) -> pa.Table:
-    """Rows ``[start, start + length)`` in buffers of their own. A batch's bytes must not
-    depend on the executions projected with it: the IPC writer writes a zero-copy slice's
-    string data up to the end of the shared buffer and its validity bits as they lie, so a
-    slice would not give the bytes (nor the digest) of the execution projected alone; a
-    ``take`` gives exactly those (property-tested)."""
+def _as_struct(table: pa.Table) -> pa.StructArray:
+    """``table``'s columns as one struct array (no copy), for :func:`_rows` to cut."""
+    return pa.StructArray.from_arrays(
+        [column.combine_chunks() for column in table.columns], fields=list(table.schema)
+    )
+
+
+def _rows(table: pa.Table, whole: pa.StructArray, start: int, length: int) -> pa.Table:
+    """Rows ``[start, start + length)`` of ``table`` (``whole``: the same columns as one
+    struct array) in buffers of their own. A batch's bytes must not depend on the executions
+    projected with it: the IPC writer writes a zero-copy slice's string data up to the end of
+    the shared buffer and its validity bits as they lie, so a slice would not give the bytes
+    (nor the digest) of the execution projected alone. Concatenating the struct slice copies
+    every column into fresh buffers in one call, the bytes a ``take`` gives (property-tested)
+    at half its cost (a ``take`` dispatches a kernel per column)."""
     if start == 0 and length == table.num_rows:
         return table
-    return table.take(pa.array(range(start, start + length), pa.int64()))
+    part = pa.concat_arrays([whole.slice(start, length)])
+    return pa.Table.from_struct_array(part).replace_schema_metadata(table.schema.metadata)
 
 
 def _fold_all(
