@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+import time
 from collections import deque
 from collections.abc import Generator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -36,7 +37,6 @@ from baml_studio.publisher.plan import (
     oversize,
 )
 from baml_studio.publisher.state import JournalPack, PublishState, new_ulid
-from baml_studio.store.layout import parse_cas_file_name
 
 _CAS_HEAD = struct.Struct(">8sHHQ")
 COMPRESS_WORKERS = 3
@@ -260,9 +260,30 @@ def _cas_check(raw: bytes, cid: bytes, config: PublisherConfig) -> tuple[str | N
     return None, hasher.hexdigest()
 
 
+FULL_SCAN_SECONDS = 60.0
+"""The CAS scan lists every shard directory at least this often, whatever its marks say."""
+
+SETTLED_NS = 2_000_000_000
+"""A shard directory whose mtime is less than this old when a scan starts gets no mark: file
+timestamps have a granularity (a clock tick; up to 2 s on some filesystems), so an entry
+created just after the listing could leave the mtime where it was."""
+
+
 def _scan_unshipped(state: PublishState) -> Iterator[_CasFile]:
-    """Every CAS file not in the shipped ledger, sorted by directory and name."""
-    layout, shipped = state.layout, state.shipped()
+    """Every CAS file not in the shipped ledger, sorted by directory and name.
+
+    A shard directory whose every file was shipped when last listed, and which has not changed
+    since (the same inode and mtime: see :class:`CasScanCache`), is not listed again: with the
+    shipped values kept for the retention period, listing every file on every flush cost a
+    process ~100 ms of CPU a second at 45,000 files to find the few new ones."""
+    cache, before = state.cas_scan, state.ledger_losses
+    layout, shipped = state.layout, state.shipped()  # may reload the ledger: a loss
+    losses = state.ledger_losses
+    started_ns, now = time.time_ns(), time.monotonic()
+    if cache.ledger_losses != losses or now - cache.full_at >= FULL_SCAN_SECONDS:
+        cache.marks.clear()
+        cache.ledger_losses, cache.full_at = losses, now
+    marks = cache.marks
     cas_dir = os.fspath(layout.cas_dir)
     try:
         with os.scandir(cas_dir) as scan:
@@ -271,18 +292,50 @@ def _scan_unshipped(state: PublishState) -> Iterator[_CasFile]:
         return
     for prefix in prefixes:
         directory = f"{cas_dir}/{prefix}"
+        try:
+            info = os.stat(directory)  # before the listing: a change during it moves the mark
+        except OSError:
+            marks.pop(prefix, None)
+            continue
+        mark = (info.st_ino, info.st_mtime_ns)
+        if marks.get(prefix) == mark:
+            continue
         found: list[tuple[str, bytes, os.DirEntry[str]]] = []
         try:
             with os.scandir(directory) as scan:
                 for entry in scan:  # the shipped ones (most, in a long run) are not sorted
-                    cid = parse_cas_file_name(entry.name)
+                    cid = _cas_file_cid(entry.name)
                     if cid is not None and cid not in shipped:
                         found.append((entry.name, cid, entry))
         except (NotADirectoryError, FileNotFoundError):
+            marks.pop(prefix, None)
             continue
+        if (
+            found
+            or info.st_mtime_ns > started_ns - SETTLED_NS
+            or not before == losses == state.ledger_losses  # the snapshot may be stale
+        ):
+            marks.pop(prefix, None)
+        else:
+            marks[prefix] = mark
         found.sort(key=_name)
         for name, cid, entry in found:
             yield _CasFile(cid, f"{directory}/{name}", _size(entry))
+
+
+def _cas_file_cid(name: str) -> bytes | None:
+    """``parse_cas_file_name`` for a listing (same answers, property-tested): the length and
+    suffix first, then the hex, with no regular expression for the ~every name that is one."""
+    if len(name) != 74 or not name.endswith(".bamlvalue"):
+        return None
+    digits = name[:64]
+    if not digits.isascii() or digits.lower() != digits:
+        return None
+    try:
+        cid = bytes.fromhex(digits)
+    except ValueError:
+        return None
+    return cid if len(cid) == 32 else None  # fromhex skips spaces between pairs
 
 
 def _name(item: tuple[str, bytes, os.DirEntry[str]]) -> str:

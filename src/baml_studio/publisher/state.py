@@ -29,7 +29,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,21 @@ class LedgerDamaged(UserWarning):
 class Cursor:
     meta: int = 0
     data: int = 0
+
+
+@dataclass(slots=True)
+class CasScanCache:
+    """The CAS shard directories whose every file was in the shipped ledger when last listed,
+    with the ``(st_ino, st_mtime_ns)`` each had before that listing. A directory still at its
+    mark has gained no file since (creating or renaming an entry moves a directory's mtime),
+    so the scan skips it; ledger additions keep that true, a possible loss of entries
+    (``ledger_losses`` moved) forgets every mark, and a full listing runs every
+    ``full_scan_seconds`` whatever the marks say."""
+
+    marks: dict[str, tuple[int, int]] = field(default_factory=dict)
+    ledger_losses: int = -1
+    full_at: float = float("-inf")
+    """``time.monotonic()`` of the last full listing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +105,11 @@ class PublishState:
         self._open_tail = False
         """The ledger ends without a newline (a torn append): the next write rewrites it."""
         self._migrated = False
+        self.ledger_losses = 0
+        """How many times entries may have left the ledger (a load, a reload after another
+        process wrote it, ``forget_shipped``): a file shipped before may be unshipped now."""
+        self.cas_scan = CasScanCache()
+        """What the CAS scan remembers between flushes (see ``collect_cas``)."""
 
     def cursor_path(self, euid: bytes) -> Path:
         return self.dir / f"{euid.hex()}.cursor"
@@ -178,6 +198,7 @@ class PublishState:
                 return
             for cid in gone:
                 del current[cid]
+            self.ledger_losses += 1
             self._rewrite_ledger()
 
     def _current(self) -> dict[bytes, int]:
@@ -198,6 +219,7 @@ class PublishState:
 
     def _load(self) -> None:
         self._shipped, self._lines, self._open_tail = {}, 0, False
+        self.ledger_losses += 1
         self._seen = self._stat()  # before reading: an append meanwhile means reload next time
         try:
             raw = self.ledger_path.read_bytes()
