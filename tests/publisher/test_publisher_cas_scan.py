@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import time
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from baml_studio.publisher import collect_cas
-from baml_studio.publisher.collect_cas import _cas_file_cid, _scan_unshipped
+from baml_studio.publisher.collect_cas import _scan_unshipped
 from baml_studio.publisher.state import PublishState
 from baml_studio.store.layout import StoreLayout, parse_cas_file_name
 
@@ -158,5 +159,8 @@ _HEX = "0123456789abcdefABCDEF "
         st.binary(min_size=32, max_size=32).map(lambda b: b.hex() + ".bamlvalue"),
     )
 )
-def test_the_listing_s_name_check_answers_as_the_store_s_parser(name: str) -> None:
-    assert _cas_file_cid(name) == parse_cas_file_name(name)
+def test_the_cas_file_name_parser_answers_as_the_pattern(name: str) -> None:
+    """``parse_cas_file_name`` (no regular expression: it runs for every listed file) gives
+    the CID exactly for ``<64 lowercase hex>.bamlvalue``."""
+    match = re.fullmatch(r"([0-9a-f]{64})\.bamlvalue", name)
+    assert parse_cas_file_name(name) == (bytes.fromhex(match.group(1)) if match else None)

@@ -37,6 +37,7 @@ from baml_studio.publisher.plan import (
     oversize,
 )
 from baml_studio.publisher.state import JournalPack, PublishState, new_ulid
+from baml_studio.store.layout import parse_cas_file_name
 
 _CAS_HEAD = struct.Struct(">8sHHQ")
 COMPRESS_WORKERS = 3
@@ -304,7 +305,7 @@ def _scan_unshipped(state: PublishState) -> Iterator[_CasFile]:
         try:
             with os.scandir(directory) as scan:
                 for entry in scan:  # the shipped ones (most, in a long run) are not sorted
-                    cid = _cas_file_cid(entry.name)
+                    cid = parse_cas_file_name(entry.name)
                     if cid is not None and cid not in shipped:
                         found.append((entry.name, cid, entry))
         except (NotADirectoryError, FileNotFoundError):
@@ -321,21 +322,6 @@ def _scan_unshipped(state: PublishState) -> Iterator[_CasFile]:
         found.sort(key=_name)
         for name, cid, entry in found:
             yield _CasFile(cid, f"{directory}/{name}", _size(entry))
-
-
-def _cas_file_cid(name: str) -> bytes | None:
-    """``parse_cas_file_name`` for a listing (same answers, property-tested): the length and
-    suffix first, then the hex, with no regular expression for the ~every name that is one."""
-    if len(name) != 74 or not name.endswith(".bamlvalue"):
-        return None
-    digits = name[:64]
-    if not digits.isascii() or digits.lower() != digits:
-        return None
-    try:
-        cid = bytes.fromhex(digits)
-    except ValueError:
-        return None
-    return cid if len(cid) == 32 else None  # fromhex skips spaces between pairs
 
 
 def _name(item: tuple[str, bytes, os.DirEntry[str]]) -> str:

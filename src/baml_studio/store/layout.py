@@ -27,7 +27,6 @@ SEQUENCE_DIGITS = 20
 PENDING_SUFFIX = ".pending"
 
 _STREAM_DIR = re.compile(r"[0-9a-f]{32}")
-_CAS_FILE = re.compile(r"([0-9a-f]{64})\.bamlvalue")
 _DIGITS = re.compile(r"[0-9]{20}")
 
 
@@ -64,9 +63,19 @@ def parse_stream_dir_name(name: str) -> bytes | None:
 
 
 def parse_cas_file_name(name: str) -> bytes | None:
-    """The CID of ``<64 hex>.bamlvalue``, else None."""
-    match = _CAS_FILE.fullmatch(name)
-    return bytes.fromhex(match.group(1)) if match else None
+    """The CID of ``<64 lowercase hex>.bamlvalue``, else None. Called for every file a CAS
+    listing finds, so no regular expression: the length and suffix, then the hex
+    (property-tested against the pattern)."""
+    if len(name) != 74 or not name.endswith(".bamlvalue"):
+        return None
+    digits = name[:64]
+    if not digits.isascii() or digits.lower() != digits:
+        return None
+    try:
+        cid = bytes.fromhex(digits)
+    except ValueError:
+        return None
+    return cid if len(cid) == 32 else None  # fromhex skips spaces between pairs
 
 
 @dataclass(frozen=True, slots=True)
