@@ -65,7 +65,7 @@ class CasScanCache:
     mark has gained no file since (creating or renaming an entry moves a directory's mtime),
     so the scan skips it; ledger additions keep that true, a possible loss of entries
     (``ledger_losses`` moved) forgets every mark, and a full listing runs every
-    ``full_scan_seconds`` whatever the marks say."""
+    ``collect_cas.FULL_SCAN_SECONDS`` whatever the marks say."""
 
     marks: dict[str, tuple[int, int]] = field(default_factory=dict)
     ledger_losses: int = -1

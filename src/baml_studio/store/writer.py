@@ -183,14 +183,7 @@ class StreamStore:
             raw = encode_cas_object(codec, body, cid)
             final = self._layout.cas_path_str(cid)  # a string: no Path built per object
             seen[cid] = index
-            try:
-                os.lstat(final)
-            except FileNotFoundError:
-                pending.append((index, raw, cid, final))  # the common case: a new object
-                continue
-            except OSError:
-                pass
-            existing = _verify_existing(final, raw, cid)
+            existing = _verify_existing(final, raw, cid)  # one lstat: None for a new object
             if existing is not None:
                 results[index] = existing
             else:
