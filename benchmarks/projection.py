@@ -560,7 +560,7 @@ def arrival(tmp: Path, args: argparse.Namespace) -> None:
     problems = [f"{n}x {text}" for text, n in sorted(logged.items())]
     if loop is not None and loop.failure:
         problems.append(f"the service loop failed: {loop.failure}")
-    end = Ending(final, stats, problems, left, busy, cpu)
+    end = Ending(final, stats, problems, left, busy, cpu, window)
     captured = captured_calls(roots)
     print_arrival(args, calls, captured, timeline, reports, done_at, end)
     print_phases(phases_at_end, window * args.arrival_threads)
@@ -577,6 +577,8 @@ class Ending:
     busy: bool
     """Worker threads were still inside a message when the window ended."""
     cpu: dict[str, float]
+    window_s: float
+    """Seconds from the go signal to the end of the window (the CPU figures' span)."""
 
 
 def print_arrival(
@@ -661,6 +663,15 @@ def print_arrival(
         f"CPU s during the replay: projector {end.cpu['projector']:.1f}, control plane "
         f"{end.cpu['control']:.1f}, data plane {end.cpu['dataplane']:.1f}, workload processes "
         f"{sum(r.cpu_s for r in reports.values()):.1f}"
+    )
+    # every figure is CPU spent inside the window (the workload's from the go signal to its
+    # profiler's close), so the window cannot be shorter than their sum over the cores
+    total = sum(end.cpu.values()) + sum(r.cpu_s for r in reports.values())
+    cores = os.cpu_count() or 1
+    print(
+        f"all of it: {total:.1f} CPU s in the {end.window_s:.1f} s window on {cores} cores "
+        f"({total / (end.window_s * cores):.0%} busy); at this CPU no run on {cores} cores "
+        f"finishes in under {total / cores:.1f} s"
     )
 
 
