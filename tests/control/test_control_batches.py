@@ -265,6 +265,68 @@ def test_batch_checks_cache_nothing_when_disabled_and_never_a_refusal() -> None:
     assert on.get("b", load) == 6
 
 
+def test_an_answer_in_steady_use_is_reloaded_before_it_expires() -> None:
+    now = [0.0]
+    cache = TtlCache(1.0, clock=lambda: now[0])
+    loads: list[float] = []
+    release = threading.Event()
+
+    def reload() -> str:
+        release.wait(5)
+        loads.append(now[0])
+        return f"loaded at {now[0]}"
+
+    cache.put("k", "first")
+    now[0] = 0.4  # more than half its life left: no reload
+    assert cache.peek("k", reload) == "first"
+    cache.close()
+    assert loads == []
+    now[0] = 0.6  # less than half left: one reload however many uses
+    assert [cache.peek("k", reload) for _ in range(5)] == ["first"] * 5
+    release.set()
+    cache.close()  # waits for the reload
+    assert loads == [0.6]
+    now[0] = 1.3  # past the first answer's life, inside the reloaded one's
+    assert cache.peek("k") == "loaded at 0.6"
+    now[0] = 1.61  # a peek without refresh never reloads: the answer expires
+    assert cache.peek("k") is None
+    cache.close()
+    assert loads == [0.6]
+
+
+def test_a_refused_reload_forgets_the_answer() -> None:
+    now = [0.0]
+    cache = TtlCache(1.0, clock=lambda: now[0])
+
+    def refuse() -> str:
+        raise ValueError("refused now")
+
+    cache.put("k", "answer")
+    now[0] = 0.7
+    assert cache.peek("k", refuse) == "answer"  # used once more while the reload runs
+    cache.close()
+    assert cache.peek("k", refuse) is None  # forgotten before its life ended
+    off = TtlCache(0, clock=lambda: now[0])
+    off.put("k", "answer")
+    assert off.peek("k", refuse) is None
+
+
+def test_a_revoked_token_is_refused_once_its_answer_is_reloaded(rig: Rig) -> None:
+    now = [0.0]
+    rig.control._batch_checks = TtlCache(1.0, clock=lambda: now[0])
+    issued = rig.issuer.issue_workload("tn_a", "dep_a", "cell-1")
+    first = rig.put(issued.token, SCOPE_A, "health_v1", "exec_rl1", batch("health_v1", "exec_rl1"))
+    assert first.status_code == 201, first.text
+    rig.control.metastore.revoke_token(issued.token_id)
+    now[0] = 0.6  # the remembered answer serves this batch and is reloaded meanwhile
+    inside = rig.put(issued.token, SCOPE_A, "health_v1", "exec_rl2", batch("health_v1", "exec_rl2"))
+    assert inside.status_code == 201, inside.text
+    rig.control._batch_checks.close()  # the reload has finished: refused, so forgotten
+    now[0] = 0.7  # still inside the first answer's life, yet refused
+    after = rig.put(issued.token, SCOPE_A, "health_v1", "exec_rl3", batch("health_v1", "exec_rl3"))
+    _error(after, 401, "token_revoked")
+
+
 def test_checks_run_on_the_loop_only_when_cached_and_small(rig: Rig) -> None:
     from control_rig import zstd
 
