@@ -294,6 +294,36 @@ def test_an_answer_in_steady_use_is_reloaded_before_it_expires() -> None:
     assert loads == [0.6]
 
 
+def test_closing_waits_for_queued_reloads_and_a_later_use_reloads_again() -> None:
+    now = [0.0]
+    cache = TtlCache(1.0, clock=lambda: now[0])
+    started, release = threading.Event(), threading.Event()
+
+    def slow() -> str:
+        started.set()
+        release.wait(5)
+        return "slow"
+
+    for key in ("a", "b"):
+        cache.put(key, "first")
+    now[0] = 0.6
+    assert cache.peek("a", slow) == "first"
+    assert started.wait(5)
+    assert cache.peek("b", lambda: "b reloaded") == "first"  # queued behind a's reload
+    closing = threading.Thread(target=cache.close)
+    closing.start()
+    closing.join(0.2)
+    assert closing.is_alive()  # close waits for the reload under way
+    release.set()
+    closing.join(5)
+    assert not closing.is_alive()
+    now[0] = 1.3  # both reloads ran (at 0.6): the first answers would have expired
+    assert (cache.peek("a"), cache.peek("b")) == ("slow", "b reloaded")
+    assert cache.peek("b", lambda: "again") == "b reloaded"  # last half: reloads again
+    cache.close()
+    assert cache.peek("b") == "again"
+
+
 def test_a_refused_reload_forgets_the_answer() -> None:
     now = [0.0]
     cache = TtlCache(1.0, clock=lambda: now[0])

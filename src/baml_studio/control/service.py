@@ -195,11 +195,12 @@ class TtlCache:
             self._entries[key] = (self._clock() + self.ttl_s, value)
 
     def close(self) -> None:
-        """Wait for a reload under way and stop the reloading thread."""
+        """Wait for the reloads under way and queued (each one check), then stop the
+        reloading thread (a later :meth:`peek` starts another)."""
         with self._lock:
             reloader, self._reloader = self._reloader, None
         if reloader is not None:
-            reloader.shutdown(wait=True, cancel_futures=True)
+            reloader.shutdown(wait=True)
 
 
 @dataclass(frozen=True, slots=True)
