@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -222,21 +224,33 @@ def test_body_that_is_not_zstd_or_arrow(rig: Rig) -> None:
         _error(answer, 400, "invalid_body")
 
 
-def test_a_revoked_token_reaches_batches_for_at_most_the_cache_time(rig: Rig) -> None:
+def _revoked_after_a_batch(rig: Rig, prefix: str) -> tuple[list[float], Callable[[int], Any]]:
+    """A fake-clock batch checks cache (1 s), a workload token whose first batch (root
+    ``prefix`` 1) went in at 0 s and which is revoked since; ``put(n)`` sends root ``prefix``
+    ``n`` with it."""
     now = [0.0]
     rig.control._batch_checks = TtlCache(1.0, clock=lambda: now[0])
     issued = rig.issuer.issue_workload("tn_a", "dep_a", "cell-1")
-    first = rig.put(issued.token, SCOPE_A, "health_v1", "exec_rv1", batch("health_v1", "exec_rv1"))
+
+    def put(n: int) -> Any:
+        root = f"{prefix}{n}"
+        return rig.put(issued.token, SCOPE_A, "health_v1", root, batch("health_v1", root))
+
+    first = put(1)
     assert first.status_code == 201, first.text
     rig.control.metastore.revoke_token(issued.token_id)
-    now[0] = 0.5  # within the cache time: the verification is reused
-    inside = rig.put(issued.token, SCOPE_A, "health_v1", "exec_rv2", batch("health_v1", "exec_rv2"))
-    assert inside.status_code == 201, inside.text
-    now[0] = 1.01
-    after = rig.put(issued.token, SCOPE_A, "health_v1", "exec_rv3", batch("health_v1", "exec_rv3"))
-    _error(after, 401, "token_revoked")
     # other operations never use the cache
     assert rig.snapshot(issued.token, SCOPE_A).status_code == 401
+    return now, put
+
+
+def test_a_revoked_token_reaches_batches_for_at_most_the_cache_time(rig: Rig) -> None:
+    now, put = _revoked_after_a_batch(rig, "exec_rv")
+    now[0] = 0.5  # within the cache time: the verification is reused
+    inside = put(2)
+    assert inside.status_code == 201, inside.text
+    now[0] = 1.01
+    _error(put(3), 401, "token_revoked")
 
 
 def test_batch_checks_cache_nothing_when_disabled_and_never_a_refusal() -> None:
@@ -342,19 +356,13 @@ def test_a_refused_reload_forgets_the_answer() -> None:
 
 
 def test_a_revoked_token_is_refused_once_its_answer_is_reloaded(rig: Rig) -> None:
-    now = [0.0]
-    rig.control._batch_checks = TtlCache(1.0, clock=lambda: now[0])
-    issued = rig.issuer.issue_workload("tn_a", "dep_a", "cell-1")
-    first = rig.put(issued.token, SCOPE_A, "health_v1", "exec_rl1", batch("health_v1", "exec_rl1"))
-    assert first.status_code == 201, first.text
-    rig.control.metastore.revoke_token(issued.token_id)
+    now, put = _revoked_after_a_batch(rig, "exec_rl")
     now[0] = 0.6  # the remembered answer serves this batch and is reloaded meanwhile
-    inside = rig.put(issued.token, SCOPE_A, "health_v1", "exec_rl2", batch("health_v1", "exec_rl2"))
+    inside = put(2)
     assert inside.status_code == 201, inside.text
     rig.control._batch_checks.close()  # the reload has finished: refused, so forgotten
     now[0] = 0.7  # still inside the first answer's life, yet refused
-    after = rig.put(issued.token, SCOPE_A, "health_v1", "exec_rl3", batch("health_v1", "exec_rl3"))
-    _error(after, 401, "token_revoked")
+    _error(put(3), 401, "token_revoked")
 
 
 def test_checks_run_on_the_loop_only_when_cached_and_small(rig: Rig) -> None:
