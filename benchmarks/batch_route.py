@@ -2,9 +2,9 @@
 
 ``serve control`` (SQLite metastore + chDB, uvicorn on 127.0.0.1, its own process) receives the
 public batches of ``--executions`` synthetic executions from the projector's own client
-(:class:`ControlClient`, aiohttp, 512 in flight as the projector sends), sent by ``--threads``
-threads in slices of 256 executions as projector workers send them. Each execution has the
-batch mix the arrival replay sends (rows per execution as measured there: ``threads_v1`` 3,
+(:class:`ControlClient` over its HTTP/1.1 client, 512 in flight as the projector sends), sent by
+``--threads`` threads in slices of 256 executions as projector workers send them. Each execution
+has the batch mix the arrival replay sends (rows per execution as measured there: ``threads_v1`` 3,
 ``call_path_stats_v1`` 6, ``calls_v1`` 4, ``function_definitions_v1`` 16, ``health_v1`` 31,
 and ``errors_v1`` 1 in every 20th execution).
 
