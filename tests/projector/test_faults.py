@@ -3,6 +3,8 @@ path of the e2e rig and ending with one fact set equal to the local catalog:
 
 * the control plane (and so ClickHouse) unavailable: messages are retried, not lost and not
   dead-lettered; once it is back, a drain completes;
+* ClickHouse failing behind a live control plane (it answers 503 ``fact_store_unavailable``
+  for projection batches): the same backlog, and a catch-up once ClickHouse is back;
 * a projector process SIGKILLed after an execution's public batches are visible and before its
   Lance commit: the message comes back and a rerun repeats the same batch ids and row ids;
 * two projectors draining one queue at once, every notification twice: one fact set.
@@ -12,16 +14,21 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
-from projector_control_rig import closed_port_url
+import httpx
+import pytest
+from clickhouse_connect.driver.exceptions import OperationalError
+from projector_control_rig import closed_port_url, public_batch
 from projector_e2e_rig import ingest_path
-from projector_fixtures import workload_store
+from projector_fixtures import SCOPE, workload_store
 from projector_service_rig import (
     assert_one_fact_set,
     control_endpoint,
@@ -30,10 +37,13 @@ from projector_service_rig import (
     receive_all,
 )
 
+from baml_studio.control.facts import FactStore
 from baml_studio.control.facts.ddl import eq_sql
+from baml_studio.control.models import ErrorResponse
 from baml_studio.gateway.service import load_dataplane_config
-from baml_studio.projector.control_client import ControlClient
-from baml_studio.projector.lance_store import PrivateStore
+from baml_studio.httpclient import new_request_id
+from baml_studio.projector.control_client import ControlClient, SentRequest, batch_request
+from baml_studio.projector.lance_store import PROJECTED, PrivateStore
 from baml_studio.projector.worker import ProjectorWorker, WorkerConfig
 from baml_studio.queue.config import QueueSettings
 from baml_studio.queue.errors import ReceiptInvalid
@@ -88,6 +98,107 @@ def test_control_plane_outage_retries_messages_then_a_drain_completes(
             )
             back.drain()
         assert back.stats.executions > 0 and back.stats.quarantined == 0
+        assert_one_fact_set(ingest, fact_database)
+
+
+class ClickHouseSwitch:
+    """The ClickHouse behind one fact store, taken down and brought back: while down, its
+    connections are gone (the pooled clients closed) and every new one is refused as
+    ``clickhouse_connect`` refuses one; the control plane itself keeps answering."""
+
+    def __init__(self, facts: FactStore, monkeypatch: pytest.MonkeyPatch) -> None:
+        self._facts = facts
+        self._connector = facts._pool._connector  # the one both of the store's pools share
+        self.down = False
+        self.refused = 0
+        monkeypatch.setattr(facts._pool, "_connector", self)
+        monkeypatch.setattr(facts._queries, "_connector", self)
+
+    def open(self) -> Any:
+        if self.down:
+            self.refused += 1
+            raise OperationalError("Error connecting to ClickHouse: [Errno 111] Connection refused")
+        return self._connector.open()
+
+    def fail(self) -> None:
+        self.down = True
+        self._facts._pool.close()
+        self._facts._queries.close()
+
+    def recover(self) -> None:
+        self.down = False
+
+
+def test_clickhouse_failing_behind_a_live_control_plane_backlogs_then_catches_up(
+    tmp_path: Path,
+    chdb_dsn: str,
+    fact_database: str,
+    workload_store: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The control plane is up (tokens, snapshots) but its fact store fails: the projection
+    batch route answers 503 ``fact_store_unavailable``, the worker keeps every meta message
+    (retried, not dead-lettered, nothing committed to Lance), and once ClickHouse is back the
+    same worker catches up to one fact set equal to the local catalog."""
+    sent: list[SentRequest] = []
+    with (
+        ingest_path(tmp_path, chdb_dsn, fact_database, workload_store) as ingest,
+        control_endpoint(ingest) as (url, token),
+        ControlClient(  # one quick retry, not Retry-After's second
+            url, token, retries=1, backoff_s=0.001, retry_after_max_s=0, on_request=sent.append
+        ) as client,
+    ):
+        queue = ingest.dataplane.queue
+        assert queue is not None
+        worker = ProjectorWorker(
+            store=ingest.dataplane.store,
+            queue=queue,
+            control=client,
+            private_store=lambda scope: ingest.private,
+            config=WorkerConfig(retry_backoff_s=(0,)),
+        )
+        clickhouse = ClickHouseSwitch(ingest.control.facts, monkeypatch)
+        clickhouse.fail()
+
+        generation = client.active_generation(SCOPE)  # the control plane answers
+        probe = batch_request(SCOPE, generation, public_batch("threads_v1", "exec_probe"))
+        answer = httpx.put(
+            url + probe.path,
+            headers={
+                **probe.headers,
+                "Authorization": f"Bearer {token}",
+                "X-Baml-Request-Id": new_request_id(),
+            },
+            content=probe.body,
+        )
+        assert answer.status_code == 503 and answer.headers.get("retry-after"), answer.text
+        error = ErrorResponse.model_validate(answer.json()).error
+        assert (error.code, error.retryable) == ("fact_store_unavailable", True)
+
+        with caplog.at_level(logging.WARNING, logger="baml_studio.projector.control_client"):
+            for _ in range(OUTAGE_ROUNDS):
+                for message in receive_all(queue):
+                    outcome = worker.handle(message)
+                    assert outcome != "quarantined", message.body
+        refusals = [m for r in caplog.records if "put_batch refused" in (m := r.getMessage())]
+        assert refusals and all("status=503 code=fact_store_unavailable" in m for m in refusals)
+        assert any(r.method == "PUT" for r in sent) and clickhouse.refused > 0
+        assert worker.stats.retried > 0 and worker.stats.executions == 0
+        assert worker.stats.quarantined == 0 and worker.stats.packs > 0
+        assert queue.dead_letter_queue().approximate_count() == 0
+        assert ingest.private.open_dataset(PROJECTED) is None  # nothing committed
+        held = receive_all(queue)  # the backlog: every meta object with executions
+        assert held and all(META in m.body for m in held)
+        assert {m.receive_count for m in held} == {OUTAGE_ROUNDS + 1}
+        assert QueueSettings().max_receive_count > OUTAGE_ROUNDS + 1
+        for message in held:  # their visibility timeout, passed
+            queue.change_visibility(message.receipt, 0)
+
+        clickhouse.recover()
+        assert all(v["stored"] == 0 for v in fact_counts(ingest, fact_database).values())
+        worker.drain()
+        assert worker.stats.executions > 0 and worker.stats.quarantined == 0
         assert_one_fact_set(ingest, fact_database)
 
 

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 import zstandard
+from malformed_evidence import assert_quarantined, malformed_metas, malformed_packs, ship_behind
 from projector_control_rig import closed_port_url
-from projector_e2e_rig import ingest_path
+from projector_e2e_rig import assert_same_relations, ingest_path
 from projector_fixtures import SCOPE, CountingStore, workload_store
 from projector_service_rig import (
     assert_one_fact_set,
@@ -189,6 +190,41 @@ def test_terminal_records_are_quarantined_and_broken_ones_retried(
 
             with pytest.raises(LambdaEventInvalid, match="not an SQS batch"):
                 handler({"detail-type": "Scheduled Event"}, Context())
+        finally:
+            handler.close()
+
+
+def test_malformed_objects_behind_valid_outer_checks_are_quarantined_and_the_rest_projected(
+    tmp_path: Path, chdb_dsn: str, fact_database: str, workload_store: Path
+) -> None:
+    """Packs malformed inside a valid zstd frame and meta objects malformed behind a valid
+    checksum, queued ahead of the shipped workload: the handler reports none of them as
+    failed (Lambda deletes them from the source queue), each reaches the dead-letter queue
+    with its marker and its bytes kept, and the workload behind them is projected."""
+    bad = malformed_packs() + malformed_metas()
+    with (
+        ingest_path(tmp_path, chdb_dsn, fact_database, workload_store, ship=False) as ingest,
+        control_endpoint(ingest) as (url, token),
+    ):
+        queue = ingest.dataplane.queue
+        assert queue is not None
+        ship_behind(ingest, bad)
+        config = dataclasses.replace(
+            config_from_env(lambda_env(tmp_path, url, token)),
+            worker=WorkerConfig(retry_backoff_s=(0,)),
+        )
+        handler = LambdaEntryPoint(lambda: open_projector(config))
+        try:
+            messages = receive_all(queue)
+            packs = [m for m in messages if ".bamlpack.zst" in m.body]
+            metas = [m for m in messages if m not in packs]
+            for batch in [*chunks(packs), *chunks(metas)]:  # values first: nothing is pending
+                assert invoke(queue, handler, batch) == set()
+            assert queue.approximate_count() == 0
+            store = ingest.dataplane.store
+            assert_quarantined(store, receive_all(queue.dead_letter_queue()), bad)
+            projected = with_private(ingest, config)
+            assert_same_relations(projected.projected_tables(), ingest.local_tables())
         finally:
             handler.close()
 

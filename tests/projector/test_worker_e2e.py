@@ -17,12 +17,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 import zstandard
+from malformed_evidence import assert_quarantined, malformed_metas, malformed_packs, ship_behind
 from projector_e2e_rig import assert_same_relations, ingest_path
 from projector_fixtures import SCOPE, meta_objects, workload_store
+from projector_service_rig import receive_all
 
 import baml_studio.projector.worker as worker_module
+from baml_studio.control.schemas import PUBLIC_RELATIONS
 from baml_studio.gateway.keys import evidence_prefix, segment_key
-from baml_studio.projector.errors import ValuesPending
+from baml_studio.projector.errors import InactiveGeneration, ValuesPending
 from baml_studio.projector.evidence import EvidenceReader
 from baml_studio.projector.gather import gather_root_ended
 from baml_studio.projector.project import project_execution
@@ -32,6 +35,7 @@ from baml_studio.queue.port import Message
 __all__ = ["workload_store"]
 
 DEFINITIONS = "function_definitions_v1"
+RELATIONS = [r.name for r in PUBLIC_RELATIONS]
 
 
 def _drain_all(ingest) -> None:
@@ -353,9 +357,59 @@ def test_root_ended_before_its_pack_is_pending_then_projected(
         assert_same_relations(ingest.projected_tables(), ingest.local_tables())
 
 
-def test_malformed_meta_with_valid_frame_is_quarantined_and_others_continue(
+@pytest.mark.parametrize("named", [True, False], ids=["named", "unnamed"])
+def test_a_409_inactive_generation_refreshes_the_generation_and_resends_at_once(
+    tmp_path: Path,
+    chdb_dsn: str,
+    fact_database: str,
+    workload_store: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    named: bool,
+) -> None:
+    """The generation moves after the worker read it (cached) and before its batches: the
+    control plane answers 409 inactive_generation, and the worker takes the new generation
+    (named in the answer, or read again when not) and sends the same batches again within
+    the same handling. Every message is deleted on its first delivery (a retry would hide a
+    missing resend: by then the client has the new generation) and every fact lands in the
+    new generation."""
+    with ingest_path(tmp_path, chdb_dsn, fact_database, workload_store) as ingest:
+        client, queue = ingest.client, ingest.dataplane.queue
+        client.generation_ttl_s = 3600  # the stale generation stays cached until a 409
+        old = client.active_generation(SCOPE)
+        new = ingest.control.metastore.bump_generation(SCOPE)
+        assert new != old and client.active_generation(SCOPE) == old
+        if not named:
+            put_batches = client.put_batches
+
+            def unnamed(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    return put_batches(*args, **kwargs)
+                except InactiveGeneration as exc:
+                    raise InactiveGeneration(str(exc), active_generation=None) from exc
+
+            monkeypatch.setattr(client, "put_batches", unnamed)
+        messages = receive_all(queue)
+        packs = [m for m in messages if ".bamlpack.zst" in m.body]
+        metas = [m for m in messages if m not in packs]
+        outcomes = [ingest.worker.handle(m) for m in [*packs, *metas]]
+        assert outcomes == ["deleted"] * len(messages) and ingest.worker.stats.retried == 0
+        puts = [
+            (r.headers["x-baml-projection-generation"], r.path)
+            for r in ingest.captured
+            if r.method == "PUT"
+        ]
+        stale = {path for generation, path in puts if generation == old}
+        assert stale  # the control plane saw the old generation and answered 409
+        assert stale <= {path for generation, path in puts if generation == new}  # resent
+        assert ingest.generation() == new
+        assert all(ingest.control.facts.count(name, SCOPE, old) == 0 for name in RELATIONS)
+        assert_same_relations(ingest.projected_tables(), ingest.local_tables())
+
+
+def test_a_meta_object_failing_its_checksum_is_quarantined_and_others_continue(
     tmp_path: Path, chdb_dsn: str, fact_database: str, workload_store: Path
 ) -> None:
+    """One valid zstd frame whose content fails the meta segment's trailing SHA-256."""
     with ingest_path(tmp_path, chdb_dsn, fact_database, workload_store) as ingest:
         store = ingest.dataplane.store
         euid = "ab" * 16
@@ -367,9 +421,48 @@ def test_malformed_meta_with_valid_frame_is_quarantined_and_others_continue(
         dead = ingest.dataplane.queue.dead_letter_queue().receive(max_messages=10)
         assert len(dead) == 1 and key in json.dumps(json.loads(dead[0].body))
         prefix = evidence_prefix(SCOPE)
-        marker = f"{prefix}quarantine/{key[len(prefix) :]}.quarantine"
-        assert json.loads(store.get(marker))["key"] == key
+        marker = json.loads(store.get(f"{prefix}quarantine/{key[len(prefix) :]}.quarantine"))
+        assert marker["key"] == key and "InvalidChecksum" in marker["reason"]
         assert store.head(key).size == len(body)  # the bytes are kept
+        assert_same_relations(ingest.projected_tables(), ingest.local_tables())
+
+
+def test_malformed_packs_in_a_valid_frame_are_quarantined_and_others_continue(
+    tmp_path: Path, chdb_dsn: str, fact_database: str, workload_store: Path
+) -> None:
+    """Packs whose zstd frame is whole but whose content ``decode_pack`` refuses (header,
+    manifest, an entry's sha256 or CID, trailing bytes): each goes to the dead-letter queue
+    with its marker and its bytes kept, none of its values is ingested (not even the valid
+    entries), and every pack and meta object queued behind them is projected."""
+    bad = malformed_packs()
+    with ingest_path(tmp_path, chdb_dsn, fact_database, workload_store, ship=False) as ingest:
+        ship_behind(ingest, bad)
+        _drain_all(ingest)
+        stats = ingest.worker.stats
+        assert stats.quarantined == len(bad)
+        assert stats.packs > 0 and stats.executions > 0
+        store = ingest.dataplane.store
+        assert_quarantined(store, receive_all(ingest.dataplane.queue.dead_letter_queue()), bad)
+        carried = set().union(*(m.cids for m in bad))
+        assert ingest.private.missing_values(carried) == carried
+        assert_same_relations(ingest.projected_tables(), ingest.local_tables())
+
+
+def test_malformed_meta_objects_behind_a_valid_checksum_are_quarantined_and_others_continue(
+    tmp_path: Path, chdb_dsn: str, fact_database: str, workload_store: Path
+) -> None:
+    """Meta objects whose trailing SHA-256 is right but whose header or records are not
+    (a status or tag out of range, a record longer than its fields, a misplaced StreamStarted,
+    a record count the payload cannot hold, another version, stream or sequence): each goes
+    to the dead-letter queue with a marker naming the decode error, its bytes kept, and every
+    object queued behind them is projected."""
+    bad = malformed_metas()
+    with ingest_path(tmp_path, chdb_dsn, fact_database, workload_store, ship=False) as ingest:
+        ship_behind(ingest, bad)
+        _drain_all(ingest)
+        assert ingest.worker.stats.quarantined == len(bad)
+        store = ingest.dataplane.store
+        assert_quarantined(store, receive_all(ingest.dataplane.queue.dead_letter_queue()), bad)
         assert_same_relations(ingest.projected_tables(), ingest.local_tables())
 
 
