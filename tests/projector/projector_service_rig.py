@@ -22,6 +22,7 @@ from baml_studio.control.facts.ddl import qualified, scope_where_sql
 from baml_studio.control.identity import TokenIssuer
 from baml_studio.control.schemas import PUBLIC_RELATIONS
 from baml_studio.gateway.service import load_dataplane_config
+from baml_studio.projector.control_client import ControlClient
 from baml_studio.projector.lance_store import (
     PROJECTED,
     RELATION_DATASETS,
@@ -29,6 +30,7 @@ from baml_studio.projector.lance_store import (
     PrivateStore,
 )
 from baml_studio.projector.service import ProjectorConfig, scope_root
+from baml_studio.projector.worker import ProjectorWorker, WorkerConfig
 from baml_studio.queue.port import Message, Queue
 
 SET_RELATION = "function_definitions_v1"
@@ -44,6 +46,20 @@ def control_endpoint(ingest: Ingest) -> Iterator[tuple[str, str]]:
     )
     with serve(create_app(ingest.control)) as url:
         yield url, token
+
+
+def rig_worker(ingest: Ingest, control: ControlClient) -> ProjectorWorker:
+    """A worker over the rig's bucket, queue and private store, sending to ``control``, that
+    retries a message at once (no visibility backoff)."""
+    queue = ingest.dataplane.queue
+    assert queue is not None
+    return ProjectorWorker(
+        store=ingest.dataplane.store,
+        queue=queue,
+        control=control,
+        private_store=lambda _scope: ingest.private,
+        config=WorkerConfig(retry_backoff_s=(0,)),
+    )
 
 
 def dataplane_dir(tmp_path: Path) -> Path:

@@ -35,6 +35,7 @@ from projector_service_rig import (
     dataplane_dir,
     fact_counts,
     receive_all,
+    rig_worker,
 )
 
 from baml_studio.control.facts import FactStore
@@ -65,13 +66,7 @@ def test_control_plane_outage_retries_messages_then_a_drain_completes(
         down = ControlClient(
             closed_port_url(), "token", retries=1, backoff_s=0.001, backoff_max_s=0.002
         )
-        worker = ProjectorWorker(
-            store=ingest.dataplane.store,
-            queue=queue,
-            control=down,
-            private_store=lambda scope: ingest.private,
-            config=WorkerConfig(retry_backoff_s=(0,)),
-        )
+        worker = rig_worker(ingest, down)
         for _ in range(OUTAGE_ROUNDS):
             for message in receive_all(queue):
                 outcome = worker.handle(message)
@@ -89,13 +84,7 @@ def test_control_plane_outage_retries_messages_then_a_drain_completes(
             queue.change_visibility(message.receipt, 0)
 
         with control_endpoint(ingest) as (url, token), ControlClient(url, token) as up:
-            back = ProjectorWorker(
-                store=ingest.dataplane.store,
-                queue=queue,
-                control=up,
-                private_store=lambda scope: ingest.private,
-                config=WorkerConfig(retry_backoff_s=(0,)),
-            )
+            back = rig_worker(ingest, up)
             back.drain()
         assert back.stats.executions > 0 and back.stats.quarantined == 0
         assert_one_fact_set(ingest, fact_database)
@@ -151,13 +140,7 @@ def test_clickhouse_failing_behind_a_live_control_plane_backlogs_then_catches_up
     ):
         queue = ingest.dataplane.queue
         assert queue is not None
-        worker = ProjectorWorker(
-            store=ingest.dataplane.store,
-            queue=queue,
-            control=client,
-            private_store=lambda scope: ingest.private,
-            config=WorkerConfig(retry_backoff_s=(0,)),
-        )
+        worker = rig_worker(ingest, client)
         clickhouse = ClickHouseSwitch(ingest.control.facts, monkeypatch)
         clickhouse.fail()
 

@@ -4,20 +4,15 @@ servers on 127.0.0.1 that answer exactly the bytes each test needs."""
 from __future__ import annotations
 
 import asyncio
-import datetime
-import ipaddress
 import ssl
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_tls import Authority
 
 from baml_studio.projector.http1 import Answer, Http1Pool, HttpTransportError
 
@@ -325,42 +320,12 @@ def test_a_path_with_a_space_is_refused_and_bad_settings_too() -> None:
         pool("http://127.0.0.1:9", timeout_s=0)
 
 
-def _self_signed(directory: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = directory / "server.pem", directory / "server.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
-
-
 def test_https_verifies_the_server_against_the_given_roots(tmp_path: Path) -> None:
-    cert, key = _self_signed(tmp_path)
+    authority = Authority(tmp_path, "http1")
+    issued = authority.issue("server", server=True)
     server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    server_context.load_cert_chain(cert, key)
-    trusting = ssl.create_default_context(cafile=str(cert))
+    server_context.load_cert_chain(issued.cert, issued.key)
+    trusting = ssl.create_default_context(cafile=str(authority.path))
 
     async def run() -> tuple[Answer, int]:
         handler = answering(lambda s: OK)

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 from projector_e2e_rig import Ingest, assert_same_relations, ingest_path
 from projector_fixtures import SCOPE, MemoryStore, put, upload_store, walk_store, workload_store
+from projector_service_rig import rig_worker
 
 from baml_studio.cli_replay import replay_command
 from baml_studio.control.identity import TokenIssuer
@@ -200,13 +201,7 @@ def test_d_a_quarantined_message_replays_from_the_dead_letter_queue(
         messages = receive_all(queue)
         victim = next(m for m in messages if key_of(m) in ended)
         with ControlClient(control_url(ingest), "not-a-workload-token", retries=0) as refused:
-            broken = ProjectorWorker(
-                store=ingest.dataplane.store,
-                queue=queue,
-                control=refused,
-                private_store=lambda _scope: ingest.private,
-                config=WorkerConfig(retry_backoff_s=(0,)),
-            )
+            broken = rig_worker(ingest, refused)
             assert broken.handle(victim) == "quarantined"  # 401: terminal
         release(queue, [m for m in messages if m is not victim])
         drain(ingest)
