@@ -18,9 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "projector"))
 
 from dataplane_process import dataplane_process
 from projector_control_rig import SCOPE_A, ControlRig, control_plane
-from test_tls import Authority
 
 from baml_studio.control.identity import TokenIssuer
+from tls_authority import Authority
 
 BUDGET = {
     "max_wall_ms": 30_000,

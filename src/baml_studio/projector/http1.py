@@ -239,9 +239,7 @@ class Http1Pool:
                 ssl=self._ssl,
                 server_hostname=self._host if self._tls else None,
             )
-        except OSError as exc:
-            if isinstance(exc, HttpTransportError):
-                raise
+        except OSError as exc:  # refused, unreachable, TLS verification (ssl.SSLError)
             raise HttpTransportError(
                 f"cannot connect to {self._authority}: {type(exc).__name__}: {exc}"
             ) from exc
