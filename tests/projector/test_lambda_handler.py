@@ -16,10 +16,12 @@ from typing import Any
 
 import pytest
 import zstandard
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from malformed_evidence import assert_quarantined, malformed_metas, malformed_packs, ship_behind
 from projector_control_rig import closed_port_url
 from projector_e2e_rig import assert_same_relations, ingest_path
-from projector_fixtures import SCOPE, CountingStore, workload_store
+from projector_fixtures import SCOPE, CountingStore, MemoryStore, workload_store
 from projector_service_rig import (
     assert_one_fact_set,
     control_endpoint,
@@ -30,19 +32,25 @@ from projector_service_rig import (
 
 from baml_studio.gateway.keys import evidence_prefix, pack_key, segment_key
 from baml_studio.gateway.service import load_dataplane_config
+from baml_studio.objectstore.errors import ObjectStoreUnavailable
 from baml_studio.objectstore.notifications import s3_event
+from baml_studio.projector.control_client import ControlClient
 from baml_studio.projector.lambda_handler import (
+    InvocationQueue,
     LambdaConfigError,
     LambdaEntryPoint,
     LambdaEventInvalid,
+    LambdaRecordInvalid,
+    _message,
     config_from_env,
     lambda_worker,
     open_from_env,
     process_event,
 )
 from baml_studio.projector.service import Projector, ProjectorConfig, open_projector
-from baml_studio.projector.worker import WorkerConfig
-from baml_studio.queue.port import Message, Queue
+from baml_studio.projector.worker import Outcome, ProjectorWorker, WorkerConfig
+from baml_studio.queue.errors import InvalidQueueArgument
+from baml_studio.queue.port import Message, Queue, check_send
 
 __all__ = ["workload_store"]
 
@@ -320,3 +328,329 @@ def test_config_from_env_reads_the_documented_variables(tmp_path: Path) -> None:
     (tmp_path / "dataplane.json").write_text(json.dumps({"bukcet": "typo"}))
     with pytest.raises(LambdaConfigError, match="bukcet"):
         config_from_env({**base, "BAML_DATAPLANE_DIR": str(tmp_path)})
+
+
+# --- fuzzing the event and its records ----------------------------------------------------------
+#
+# The worker runs over an in-memory bucket and source queue (no control plane, no Lance): a
+# healthy record names a pack that is not in the bucket (deleted: nothing to ingest), a flaky
+# stream's packs fail to read (transient: retried), and the other bodies are quarantined.
+
+BUCKET = "evidence-fuzz"
+BACKOFF = (5, 15, 30)
+HEALTHY = "cd" * 16
+FLAKY = "ff" * 16
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+MISSING = object()
+"""A mutation that removes the field."""
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner),
+    max_leaves=10,
+)
+
+
+def notification(key: str, bucket: str = BUCKET) -> str:
+    return json.dumps(s3_event(bucket, key, 10, "0" * 32, None, None, NOW))
+
+
+def pack_notification(euid: str, n: int) -> str:
+    return notification(pack_key(SCOPE, euid, f"01J{n:023d}"))
+
+
+class MemoryQueue:
+    """The source queue (or its dead-letter queue) as an invocation uses it, in memory: sends
+    checked as both real adapters check them, visibility changes recorded."""
+
+    def __init__(self, dead_letter: MemoryQueue | None = None) -> None:
+        self.bodies: list[str] = []
+        self.visibility: list[int] = []
+        self._dead_letter = dead_letter
+
+    def send(self, body: str, *, delay_s: int = 0) -> str:
+        check_send(body, delay_s)
+        self.bodies.append(body)
+        return f"sent-{len(self.bodies)}"
+
+    def receive(
+        self, max_messages: int = 10, wait_s: float = 0, visibility_timeout_s: int | None = None
+    ) -> list[Message]:
+        return []
+
+    def delete(self, receipt: str) -> None:
+        raise AssertionError("Lambda deletes the records the response does not list")
+
+    def change_visibility(self, receipt: str, timeout_s: int) -> None:
+        self.visibility.append(timeout_s)
+
+    def send_to_dead_letter(self, message: Message, reason: str) -> None:
+        self.dead_letter_queue().send(message.body)
+
+    def dead_letter_queue(self) -> MemoryQueue:
+        if self._dead_letter is None:
+            raise AssertionError("a dead-letter queue has no dead-letter queue")
+        return self._dead_letter
+
+    def approximate_count(self) -> int:
+        return len(self.bodies)
+
+
+class RecordingWorker(ProjectorWorker):
+    """The Lambda worker (over :class:`InvocationQueue`), remembering what each message did."""
+
+    def __init__(self, control: ControlClient, source: MemoryQueue) -> None:
+        def flaky(key: str) -> Exception | None:
+            return ObjectStoreUnavailable(f"{key}: unavailable (test)") if FLAKY in key else None
+
+        def no_lance(scope: Any) -> Any:
+            raise AssertionError("no fuzzed record reaches the private store")
+
+        super().__init__(
+            store=CountingStore(MemoryStore(BUCKET), fail=flaky),
+            queue=InvocationQueue(source),
+            control=control,
+            private_store=no_lance,
+            config=WorkerConfig(retry_backoff_s=BACKOFF),
+        )
+        self.outcomes: dict[str, Outcome] = {}
+        self.errors: dict[str, Exception] = {}
+
+    def handle(self, message: Message) -> Outcome:
+        try:
+            outcome = super().handle(message)
+        except Exception as exc:
+            self.errors[message.id] = exc
+            raise
+        self.outcomes[message.id] = outcome
+        return outcome
+
+
+@pytest.fixture(scope="module")
+def control() -> Iterator[ControlClient]:
+    """A control client nothing answers (no fuzzed record reaches the control plane)."""
+    client = ControlClient(closed_port_url(), "token")
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def invocation(control: ControlClient) -> tuple[RecordingWorker, MemoryQueue, MemoryQueue]:
+    """A fresh worker, its source queue and dead-letter queue."""
+    dead = MemoryQueue()
+    source = MemoryQueue(dead)
+    return RecordingWorker(control, source), source, dead
+
+
+def healthy_record(n: int) -> dict[str, Any]:
+    body = pack_notification(HEALTHY, n)
+    return record(Message(f"ok-{n}", f"receipt-ok-{n}", body, 1, NOW.timestamp()))
+
+
+BODIES = st.one_of(
+    st.text(max_size=40),
+    JSON.map(json.dumps),
+    st.just(notification("elsewhere/x.bamlpack.zst")),  # not an evidence key
+    st.just(notification(pack_key(SCOPE, HEALTHY, "0" * 26), bucket="another-bucket")),
+    st.integers(0, 99).map(lambda n: pack_notification(FLAKY, n)),  # retried
+    st.integers(100, 199).map(lambda n: pack_notification(HEALTHY, n)),  # deleted
+)
+COUNTS = st.one_of(
+    st.from_regex(r"[-+ ]?[0-9]{1,25}", fullmatch=True),
+    st.integers(),
+    st.floats(),
+    st.text(max_size=6),
+)
+MUTATIONS = st.lists(
+    st.tuples(
+        st.sampled_from(
+            [
+                ("receiptHandle",),
+                ("body",),
+                ("attributes",),
+                ("attributes", "ApproximateReceiveCount"),
+                ("attributes", "SentTimestamp"),
+            ]
+        ),
+        st.just(MISSING) | JSON | COUNTS,
+    ),
+    max_size=3,
+)
+
+
+@st.composite
+def bad_record(draw: st.DrawFn, n: int = 0) -> dict[str, Any]:
+    """A record of a batch whose body, fields or attributes may be anything."""
+    count = draw(st.integers(1, 12))
+    sent = Message(f"bad-{n}", f"receipt-bad-{n}", draw(BODIES), count, NOW.timestamp())
+    mutated = record(sent)
+    for path, value in draw(MUTATIONS):
+        parent = mutated if len(path) == 1 else mutated.get(path[0])
+        if not isinstance(parent, dict):
+            continue  # an attribute's mutation after the attributes were replaced
+        if value is MISSING:
+            parent.pop(path[-1], None)
+        else:
+            parent[path[-1]] = value
+    return mutated
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Up to ten records: a few healthy ones among a few bad ones, in any order."""
+    healthy = [healthy_record(n) for n in range(draw(st.integers(1, 4)))]
+    bad = [draw(bad_record(n)) for n in range(draw(st.integers(1, 6)))]
+    return draw(st.permutations(healthy + bad))
+
+
+def failed_ids(response: dict[str, Any], records: list[Any]) -> set[str]:
+    """The ids the response lists, checked to be ids of the batch, each once when the batch's
+    ids are unique (as SQS's are)."""
+    failed = [item["itemIdentifier"] for item in response["batchItemFailures"]]
+    ids = [r["messageId"] for r in records]
+    assert set(failed) <= set(ids)
+    if len(set(ids)) == len(ids):
+        assert len(failed) == len(set(failed))
+    return set(failed)
+
+
+def assert_accounted(
+    worker: RecordingWorker, dead: MemoryQueue, failed: set[str], raw: dict[str, Any]
+) -> None:
+    """One record either listed for redelivery or processed with nothing lost: refused by the
+    decoder (never handled, listed), retried (listed), quarantined (its body, as sent, in the
+    dead-letter queue; not listed) or deleted (not listed). The handler itself raises only
+    when the dead-letter queue refuses the body (listed)."""
+    message_id = raw["messageId"]
+    try:
+        message = _message(raw)
+    except LambdaRecordInvalid:
+        assert message_id in failed and message_id not in worker.outcomes
+        return
+    assert (message.receipt, message.body) == (raw["receiptHandle"], raw["body"])
+    error = worker.errors.get(message_id)
+    if error is not None:
+        assert isinstance(error, InvalidQueueArgument), repr(error)
+        assert message_id in failed
+        return
+    outcome = worker.outcomes[message_id]
+    assert (message_id in failed) == (outcome == "retry"), outcome
+    if outcome == "quarantined":
+        assert message.body in dead.bodies
+
+
+@settings(max_examples=300, deadline=None)
+@given(batches())
+def test_fuzz_bad_records_get_typed_outcomes_and_the_healthy_ones_are_processed(
+    control: ControlClient, records: list[dict[str, Any]]
+) -> None:
+    worker, source, dead = invocation(control)
+    failed = failed_ids(process_event(worker, {"Records": records}), records)
+    for raw in records:
+        if raw["messageId"].startswith("ok-"):
+            assert raw["messageId"] not in failed
+            assert worker.outcomes[raw["messageId"]] == "deleted"
+        else:
+            assert_accounted(worker, dead, failed, raw)
+    assert len(dead.bodies) == sum(o == "quarantined" for o in worker.outcomes.values())
+    retried = [_message(r) for r in records if worker.outcomes.get(r["messageId"]) == "retry"]
+    expected = sorted(BACKOFF[min(m.receive_count, len(BACKOFF)) - 1] for m in retried)
+    assert sorted(source.visibility) == expected  # the backoff follows the receive count
+
+
+RECORD_FIELDS = st.sampled_from(["messageId", "receiptHandle", "body", "attributes"])
+RECORDS = st.dictionaries(RECORD_FIELDS | st.text(max_size=8), JSON | COUNTS, max_size=5)
+EVENTS = st.one_of(
+    JSON,
+    st.fixed_dictionaries({"Records": JSON}),
+    st.fixed_dictionaries({"Records": st.lists(RECORDS | JSON, max_size=4)}),
+    st.fixed_dictionaries(
+        {"Records": st.lists(st.builds(dict, RECORDS, messageId=st.text(max_size=8)), max_size=4)}
+    ),
+)
+
+
+def is_sqs_batch(event: Any) -> bool:
+    records = event.get("Records") if isinstance(event, dict) else None
+    return isinstance(records, list) and all(
+        isinstance(r, dict) and isinstance(r.get("messageId"), str) for r in records
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(EVENTS)
+def test_fuzz_any_event_is_refused_with_a_typed_error_or_processed(
+    control: ControlClient, event: Any
+) -> None:
+    worker, _, dead = invocation(control)
+    try:
+        response = process_event(worker, event)
+    except LambdaEventInvalid as exc:
+        assert not is_sqs_batch(event) and not exc.transient
+        assert worker.stats.messages == 0  # refused before any record was handled
+        return
+    assert is_sqs_batch(event)
+    records = event["Records"]
+    failed = failed_ids(response, records)
+    if len({r["messageId"] for r in records}) == len(records):  # SQS ids are unique
+        for raw in records:
+            assert_accounted(worker, dead, failed, raw)
+
+
+@settings(max_examples=500, deadline=None)
+@given(bad_record() | RECORDS)
+def test_fuzz_a_record_decodes_or_is_refused_with_a_typed_error(raw: dict[str, Any]) -> None:
+    try:
+        message = _message(raw)
+    except LambdaRecordInvalid as exc:
+        assert not exc.transient
+        return
+    assert message.id == raw["messageId"]
+    assert (message.receipt, message.body) == (raw["receiptHandle"], raw["body"])
+    assert isinstance(message.receive_count, int) and message.receive_count >= 1
+    assert isinstance(message.sent_at, float) and message.sent_at >= 0
+
+
+GOOD = {"messageId": "m-1", "receiptHandle": "r-1", "body": "{}"}
+
+
+@pytest.mark.parametrize(
+    ("raw", "named"),
+    [
+        ({"receiptHandle": "r-1", "body": "{}"}, "messageId"),
+        ({"messageId": "m-1", "body": "{}"}, "receiptHandle"),
+        ({**GOOD, "receiptHandle": 7}, "receiptHandle"),
+        ({"messageId": "m-1", "receiptHandle": "r-1"}, "body"),
+        ({**GOOD, "body": {"Records": []}}, "body"),  # JSON, not the text SQS delivers
+        ({**GOOD, "body": None}, "body"),
+        ({**GOOD, "attributes": ["ApproximateReceiveCount"]}, "attributes"),
+        ({**GOOD, "attributes": {"ApproximateReceiveCount": "0"}}, "ApproximateReceiveCount"),
+        ({**GOOD, "attributes": {"ApproximateReceiveCount": "-3"}}, "ApproximateReceiveCount"),
+        ({**GOOD, "attributes": {"ApproximateReceiveCount": "1.5"}}, "ApproximateReceiveCount"),
+        ({**GOOD, "attributes": {"ApproximateReceiveCount": None}}, "ApproximateReceiveCount"),
+        ({**GOOD, "attributes": {"ApproximateReceiveCount": True}}, "ApproximateReceiveCount"),
+        ({**GOOD, "attributes": {"SentTimestamp": "9" * 400}}, "SentTimestamp"),
+        ({**GOOD, "attributes": {"SentTimestamp": float("inf")}}, "SentTimestamp"),
+    ],
+)
+def test_a_malformed_record_is_refused_naming_the_field(raw: dict[str, Any], named: str) -> None:
+    with pytest.raises(LambdaRecordInvalid, match=named):
+        _message(raw)
+
+
+def test_a_record_decodes_as_the_lambda_runtime_delivers_it() -> None:
+    attributes = {"ApproximateReceiveCount": "3", "SentTimestamp": "1767225600123"}
+    message = _message({**GOOD, "attributes": attributes})
+    assert message == Message("m-1", "r-1", "{}", 3, 1767225600.123)
+    assert _message(GOOD) == Message("m-1", "r-1", "{}", 1, 0.0)  # attributes are optional
+    numbers = {"ApproximateReceiveCount": 2, "SentTimestamp": 1000}
+    assert _message({**GOOD, "attributes": numbers}).receive_count == 2
+
+
+def test_a_malformed_record_is_listed_and_never_handled(control: ControlClient) -> None:
+    worker, _, dead = invocation(control)
+    broken = {**healthy_record(1), "messageId": "m-broken", "body": {"Records": []}}
+    response = process_event(worker, {"Records": [broken, healthy_record(2)]})
+    assert response == {"batchItemFailures": [{"itemIdentifier": "m-broken"}]}
+    assert worker.outcomes == {"ok-2": "deleted"} and not dead.bodies

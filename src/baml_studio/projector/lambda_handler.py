@@ -19,9 +19,16 @@ pending)            handle (``ChangeMessageVisibility``; if that fails the queue
                     ``maxReceiveCount`` receives SQS moves it to the dead-letter queue
 quarantined         the marker is written, the body is sent to the dead-letter queue (a record
                     cannot be moved by its receipt), and it is reported as processed
+invalid (not an     not handled: listed in ``batchItemFailures`` and logged with the field at
+SQS record)         fault (:class:`LambdaRecordInvalid`); SQS redelivers it and after
+                    ``maxReceiveCount`` moves it, as it came, to the dead-letter queue
 raised (a bug, the  listed in ``batchItemFailures``, logged by message id
 DLQ send failed)
 ==================  =============================================================================
+
+A record is an SQS record when ``messageId``, ``receiptHandle`` and ``body`` are strings and
+``attributes`` (optional) is an object whose ``ApproximateReceiveCount`` (at least 1) and
+``SentTimestamp`` (optional) are whole numbers, as digits (SQS's form) or numbers.
 
 When the invocation is about to time out (``context.get_remaining_time_in_millis()`` below
 ``reserve_ms``) the records not started are listed as failures untouched. An event that is not
@@ -56,6 +63,7 @@ from __future__ import annotations
 
 import logging
 import os
+import reprlib
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -82,6 +90,9 @@ LAMBDA_DATA_DIR = Path("/tmp/baml-dataplane")
 
 BatchResponse = dict[str, list[dict[str, str]]]
 
+MAX_ATTRIBUTE = 2**63 - 1
+"""The largest whole-number attribute a record may carry (SQS's are far smaller)."""
+
 
 class LambdaConfigError(ProjectorError):
     """The function's environment is incomplete or wrong; fix the variables named."""
@@ -91,6 +102,13 @@ class LambdaConfigError(ProjectorError):
 
 class LambdaEventInvalid(ProjectorError):
     """The event is not an SQS batch (``{"Records": [{"messageId": …}, …]}``)."""
+
+    transient = False
+
+
+class LambdaRecordInvalid(ProjectorError):
+    """One record of an SQS batch is not an SQS record (a field missing, or not of the type
+    SQS sends); the others are handled, this one is left for redelivery."""
 
     transient = False
 
@@ -206,23 +224,16 @@ def process_event(
     failures: list[dict[str, str]] = []
     outcomes: Counter[str] = Counter()
     for index, record in enumerate(records):
-        message_id = record["messageId"]
         if remaining_ms is not None and remaining_ms() < reserve_ms:
             rest = [r["messageId"] for r in records[index:]]
             failures.extend({"itemIdentifier": m} for m in rest)
             outcomes["deferred"] += len(rest)
             log.warning("out of time: %d record(s) left for redelivery", len(rest))
             break
-        try:
-            outcome: str = worker.handle(_message(record))
-        except Exception as exc:  # a bug or a failed DLQ send: SQS redelivers the record
-            outcome = "error"
-            log.error(
-                "message %s: %s; left for redelivery", message_id, type(exc).__name__, exc_info=True
-            )
+        outcome = _handle(worker, record)
         outcomes[outcome] += 1
-        if outcome in ("retry", "error"):
-            failures.append({"itemIdentifier": message_id})
+        if outcome in ("retry", "invalid", "error"):
+            failures.append({"itemIdentifier": record["messageId"]})
     log.info(
         "batch of %d: %s",
         len(records),
@@ -291,13 +302,71 @@ def _records(event: Any) -> Sequence[Mapping[str, Any]]:
     return records
 
 
+def _handle(worker: ProjectorWorker, record: Mapping[str, Any]) -> str:
+    """One record's outcome: the worker's, ``invalid`` (not an SQS record, never handled) or
+    ``error`` (handling raised)."""
+    message_id = record["messageId"]
+    try:
+        message = _message(record)
+    except LambdaRecordInvalid as exc:
+        log.warning("message %s left for redelivery: %s", message_id, exc)
+        return "invalid"
+    try:
+        return worker.handle(message)
+    except Exception as exc:  # a bug or a failed DLQ send: SQS redelivers the record
+        log.error(
+            "message %s: %s; left for redelivery", message_id, type(exc).__name__, exc_info=True
+        )
+        return "error"
+
+
+_ABSENT = object()
+
+
 def _message(record: Mapping[str, Any]) -> Message:
-    """One record as a queue :class:`Message` (``KeyError``/``ValueError`` if malformed)."""
-    attributes = record.get("attributes") or {}
+    """One record as a queue :class:`Message`, taken as it came (no field converted to text);
+    :class:`LambdaRecordInvalid` naming the field if it is not an SQS record."""
+    for name in ("messageId", "receiptHandle", "body"):
+        if not isinstance(record.get(name), str):
+            raise _invalid(record, name, record.get(name, _ABSENT), "a string")
+    attributes = record.get("attributes", {})
+    if not isinstance(attributes, Mapping):
+        raise _invalid(record, "attributes", attributes, "an object")
     return Message(
         id=record["messageId"],
-        receipt=str(record["receiptHandle"]),
-        body=str(record["body"]),
-        receive_count=int(attributes.get("ApproximateReceiveCount", 1)),
-        sent_at=int(attributes.get("SentTimestamp", 0)) / 1000,
+        receipt=record["receiptHandle"],
+        body=record["body"],
+        receive_count=_whole(record, attributes, "ApproximateReceiveCount", 1, minimum=1),
+        sent_at=_whole(record, attributes, "SentTimestamp", 0, minimum=0) / 1000,
+    )
+
+
+def _whole(
+    record: Mapping[str, Any],
+    attributes: Mapping[str, Any],
+    name: str,
+    default: int,
+    *,
+    minimum: int,
+) -> int:
+    """The attribute ``name`` (``default`` when absent): a whole number from ``minimum`` to
+    :data:`MAX_ATTRIBUTE`, as digits (SQS sends ``"1"``) or a number."""
+    value = attributes.get(name, default)
+    number: int | None = None
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 19:
+        number = int(value)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    if number is None or not minimum <= number <= MAX_ATTRIBUTE:
+        raise _invalid(record, f"attributes.{name}", value, f"a whole number from {minimum}")
+    return number
+
+
+def _invalid(record: Mapping[str, Any], field: str, value: Any, wanted: str) -> LambdaRecordInvalid:
+    got = "nothing" if value is _ABSENT else f"{type(value).__name__} {reprlib.repr(value)}"
+    message_id = record.get("messageId")
+    which = f"record {reprlib.repr(message_id)}" if isinstance(message_id, str) else "a record"
+    return LambdaRecordInvalid(
+        f"{which} is not an SQS record: {field} must be {wanted}, got {got}; check what "
+        "invokes the function (its trigger must be the SQS queue's event source mapping)"
     )
