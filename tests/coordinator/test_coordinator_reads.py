@@ -300,3 +300,55 @@ def test_a_repeated_query_reuses_decoded_values_and_answers_the_same(
     assert decoded.hits > hits and len(decoded) > 0
     rig.coordinator.forget_values()  # after an erasure: nothing decoded is kept
     assert len(decoded) == 0
+
+
+def test_a_running_query_keeps_its_versions_through_a_compaction(
+    tmp_path: Path, chdb_dsn: str, fact_database: str, workload_store: Path
+) -> None:
+    """The versions a query binds are leased: a compaction with no retention at all, run
+    while the query is bound but has read nothing, removes older versions but not those."""
+    import dataclasses
+    import json
+    import time
+    from datetime import timedelta
+
+    from coordinator_rig import BUDGET, identity, request
+    from lance_fixtures import invoice
+
+    from baml_studio.coordinator.config import CoordinatorConfig
+    from baml_studio.projector.version_leases import EXTEND_S, LEASE_DIR, decode_lease
+
+    config = CoordinatorConfig(max_wall_ms=120_000)
+    with coordinator_over(tmp_path, chdb_dsn, fact_database, workload_store, config=config) as rig:
+        sql = "SELECT call_id, args, output FROM calls ORDER BY call_id"
+        expected = rig.local(sql).rows
+        store = rig.ingest.private
+        time.sleep(0.1)  # a newest values_v1 version well after the others
+        store.ingest_values([invoice(10_000)])
+        started = time.time()
+        run = rig.coordinator.start(request(sql), identity())  # bound, nothing read yet
+        bound = run.bound.dataset_versions
+        leases = sorted((Path(rig.ingest.private.root_uri) / LEASE_DIR).glob("*.json"))
+        assert len(leases) == 1
+        lease = decode_lease(leases[0].read_bytes())
+        assert lease.versions == {name: v for name, v in bound.items() if v}
+        # the request asked for 60 s: the lease covers it, with the spare minute
+        assert lease.expires_at >= started + BUDGET.max_wall_ms / 1000 + EXTEND_S
+
+        report = store.compact(timedelta(0), superseded_grace=timedelta(0))
+        by_name = {d.name: d for d in report.datasets}
+        assert by_name[VALUES].versions_removed > 0  # it did remove the older versions
+        kept = {d.name: d.kept_from_version for d in report.datasets}
+        assert kept[PROJECTED] == bound[PROJECTED] and kept[VALUES] == bound[VALUES]
+        assert all(store.version()[name] > v for name, v in bound.items() if v)
+
+        lines = [json.loads(line) for line in run.lines()]
+        assert lines[-1]["queryOutcome"]["resultState"] == "complete"
+        assert lines[:-1] == expected
+
+        # a wall budget over the configured longest query is capped to it
+        huge = dataclasses.replace(BUDGET, max_wall_ms=10**9)
+        long = rig.coordinator.start(request(sql, budget=huge), identity())
+        assert long.budget.max_wall_ms == 120_000
+        for _ in long.lines():
+            pass

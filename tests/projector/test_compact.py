@@ -177,3 +177,17 @@ def test_scopes_parse_and_validate() -> None:
         parse_scope("tn/prj")
     with pytest.raises(ValueError, match="not a valid id"):
         parse_scope("tn/prj/bad id")
+
+
+def test_the_report_names_live_and_malformed_leases(projector: Projector) -> None:
+    store = projector.private_store(A)
+    fill(store, "exec-a")
+    leased = store.version()
+    store.leases.hold(leased, 600)
+    (Path(store.root_uri) / "_leases" / "torn.json").write_bytes(b'{"format": "baml')
+    report = compact(projector, [A]).as_dict()
+    (scope,) = report["scopes"]
+    assert scope["leases_live"] == 1 and scope["error"] is None
+    assert [Path(p).name for p in scope["leases_malformed"]] == ["torn.json"]
+    kept = {d["name"]: d["kept_from_version"] for d in scope["datasets"]}
+    assert kept == leased  # every dataset's leased version was the floor it kept from

@@ -15,6 +15,13 @@ class CoordinatorConfig:
     max_background_candidates: int = 50_000_000
     """The same bound for background jobs (a guard against unbounded memory)."""
 
+    max_wall_ms: int = 300_000
+    """Longest wall budget of an interactive query; a larger ``budget.max_wall_ms`` is capped
+    to it. The versions a query binds are leased from compaction for its wall budget."""
+
+    max_background_wall_ms: int = 6 * 3600 * 1000
+    """The same cap for background jobs."""
+
     resident_timeout_ms: int = 60_000
     """Wall budget of one resident subquery (also capped by the query's own budget)."""
 
@@ -39,6 +46,10 @@ class CoordinatorConfig:
     def __post_init__(self) -> None:
         if self.decoded_values < 0:
             raise ValueError("CoordinatorConfig.decoded_values must be at least 0")
-        for name in ("max_interactive_candidates", "max_background_candidates", "cache_bytes"):
+        names = (
+            "max_interactive_candidates", "max_background_candidates", "cache_bytes",
+            "max_wall_ms", "max_background_wall_ms",
+        )  # fmt: skip
+        for name in names:
             if getattr(self, name) < 1:
                 raise ValueError(f"CoordinatorConfig.{name} must be at least 1")

@@ -30,7 +30,14 @@ from sqlglot import exp
 
 from baml_studio.catalog.source import CatalogSource
 from baml_studio.coordinator.errors import QueryTooCostly
-from baml_studio.coordinator.run import Mode, Phase, QueryRequest, outcome_line, row_line
+from baml_studio.coordinator.run import (
+    Mode,
+    Phase,
+    QueryRequest,
+    RequestBudget,
+    outcome_line,
+    row_line,
+)
 from baml_studio.coordinator.shape import QueryShape, query_shape
 from baml_studio.coordinator.snapshot import BoundSnapshot
 from baml_studio.coordinator.source import ID_CHUNK, CoordinatorSource, SourceStats
@@ -95,6 +102,16 @@ class Run:
     @property
     def snapshot(self) -> dict[str, Any]:
         return self._snapshot.to_json()
+
+    @property
+    def bound(self) -> BoundSnapshot:
+        """The snapshot this run reads (its leased Lance versions included)."""
+        return self._snapshot
+
+    @property
+    def budget(self) -> RequestBudget:
+        """The request's budget as the run applies it (the wall budget capped)."""
+        return self._request.budget
 
     @property
     def rows_so_far(self) -> int:

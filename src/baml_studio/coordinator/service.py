@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import pyarrow as pa
 
@@ -82,7 +83,10 @@ class Coordinator:
             )
         scope = UserTokenAuth.scope_for(identity, request.environment_id)
         sql = bind(request.sql, request.parameters)
-        snapshot = self.bind(scope, request.catalog_version)
+        request = self.capped(request, mode)
+        snapshot = self.bind(
+            scope, request.catalog_version, hold_s=request.budget.max_wall_ms / 1000
+        )
         log.info(
             "query started tenant=%s project=%s environment=%s mode=%s generation=%s lance=%d",
             scope.tenant, scope.project, scope.environment, mode,
@@ -96,9 +100,20 @@ class Coordinator:
         self.shared.values.clear()
         self.shared.decoded.clear()
 
-    def bind(self, scope: Scope, catalog_version: str) -> BoundSnapshot:
+    def capped(self, request: QueryRequest, mode: Mode) -> QueryRequest:
+        """``request`` with its wall budget capped at the configured longest query (a bound
+        snapshot's versions are leased from compaction for that long)."""
+        cap = (
+            self.config.max_wall_ms if mode == "interactive" else self.config.max_background_wall_ms
+        )
+        if request.budget.max_wall_ms <= cap:
+            return request
+        log.info("budget.max_wall_ms %d capped at %d", request.budget.max_wall_ms, cap)
+        return replace(request, budget=replace(request.budget, max_wall_ms=cap))
+
+    def bind(self, scope: Scope, catalog_version: str, *, hold_s: float = 0.0) -> BoundSnapshot:
         try:
-            return self.binder.bind(scope, catalog_version)
+            return self.binder.bind(scope, catalog_version, hold_s=hold_s)
         except ControlPlaneRefused as exc:
             if exc.status in (401, 403):
                 raise DependencyUnavailable(

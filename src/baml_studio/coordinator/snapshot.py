@@ -9,6 +9,10 @@ versions of the scope's private datasets read from the bucket at bind time.
 *last*: an execution whose marker is in it has every private row in the datasets' versions read
 after it. The other datasets' versions are read after the marker's, so they hold at least those
 rows; rows of executions that are not in the marker set are ignored (their facts are ``pending``).
+
+Binding also writes a version lease over the bound versions for the query's wall budget
+(:mod:`baml_studio.projector.version_leases`), so compaction keeps them while the query reads
+them however old they are; a lease that cannot be written refuses the query (``LeaseUnavailable``).
 """
 
 from __future__ import annotations
@@ -68,13 +72,15 @@ class SnapshotBinder:
         self._cached: dict[tuple[Scope, str], dict[str, Any]] = {}
         self.control_calls = 0
 
-    def bind(self, scope: Scope, catalog_version: str) -> BoundSnapshot:
+    def bind(self, scope: Scope, catalog_version: str, *, hold_s: float = 0.0) -> BoundSnapshot:
+        """The snapshot of a query that may read it for ``hold_s`` seconds (its lease)."""
         control = self._control_snapshot(scope, catalog_version)
         store = self._private_store(scope)
         marker = store.version((PROJECTED,)).get(PROJECTED, 0)
         # read every other dataset after the marker: they hold at least the marked rows
         bound = store.version(tuple(name for name in DATASETS if name != PROJECTED))
         bound[PROJECTED] = marker
+        store.leases.hold(bound, hold_s)
         return BoundSnapshot(
             scope,
             str(control["snapshot_id"]),

@@ -3,9 +3,10 @@
 
 ``compact(projector, scopes, retention)`` runs :meth:`PrivateStore.compact` on the private
 datasets of each scope: small fragments folded together, the scalar indexes of
-``lance_store.INDEXES`` built or extended, and versions older than ``retention`` removed
-(versions newer than that stay readable, so keep it longer than the longest-lived query bound
-to a version). A scope without Lance datasets is skipped (nothing is created for it).
+``lance_store.INDEXES`` built or extended, and versions older than ``retention`` removed,
+except those a running query has bound (its version lease, :mod:`.version_leases`) and
+versions superseded less than ``lance_store.SUPERSEDED_GRACE`` ago. A scope without Lance
+datasets is skipped (nothing is created for it).
 
 Scopes, when not given: the data plane's provisioned environments (``DIR/environments.json``)
 and, for a local derived root, every ``<tenant>/<project>/<environment>`` directory under it.
@@ -54,6 +55,12 @@ class ScopeCompaction:
     error: str | None = None
     """Why the compaction failed (the error type and message), else ``None``."""
 
+    leases_live: int = 0
+    """Live version leases (running queries' bound versions) whose versions were kept."""
+
+    leases_malformed: tuple[str, ...] = ()
+    """Lease files that could not be decoded (ignored, left for an operator)."""
+
 
 @dataclass(frozen=True, slots=True)
 class CompactionReport:
@@ -72,6 +79,8 @@ class CompactionReport:
                     "root_uri": s.root_uri,
                     "skipped": s.skipped,
                     "error": s.error,
+                    "leases_live": s.leases_live,
+                    "leases_malformed": list(s.leases_malformed),
                     "datasets": [asdict(d) for d in s.datasets],
                 }
                 for s in self.scopes
@@ -159,4 +168,12 @@ def _compact_scope(
             list(d.indexes_created),
             d.versions_removed,
         )
-    return ScopeCompaction(scope, store.root_uri, result.datasets)
+    if result.leases_malformed:
+        log.warning("%s: malformed version leases %s", label, list(result.leases_malformed))
+    return ScopeCompaction(
+        scope,
+        store.root_uri,
+        result.datasets,
+        leases_live=result.leases_live,
+        leases_malformed=result.leases_malformed,
+    )

@@ -38,10 +38,11 @@ present in ``values_v1`` always has its paths; a crash in between is repaired by
 ingest of the cid, which appends paths only for cids that have none (one commit holds all
 rows of a batch, so a cid's paths are all there or none are).
 
-Maintenance: schedule :meth:`PrivateStore.compact` (for example hourly) with a retention
-longer than the longest-lived query bound to a version; it builds the scalar indexes of
-:data:`INDEXES` (BTREE for ids and cids, NGRAM on ``value_paths_v1.str_value`` for
-``contains`` / ``LIKE '%x%'``), folds small fragments together and removes old versions.
+Maintenance: schedule :meth:`PrivateStore.compact` (for example hourly); it builds the scalar
+indexes of :data:`INDEXES` (BTREE for ids and cids, NGRAM on ``value_paths_v1.str_value`` for
+``contains`` / ``LIKE '%x%'``), folds small fragments together and removes versions older than
+the retention, except the versions running queries leased (:attr:`PrivateStore.leases`,
+:mod:`.version_leases`) and those superseded less than :data:`SUPERSEDED_GRACE` ago.
 
 Errors (the ``ProjectorError`` tree of :mod:`.errors`; retry on ``exc.transient``)::
 
@@ -82,6 +83,7 @@ from baml_studio.projector.value_paths import (
     leaf_rows,
     paths_table,
 )
+from baml_studio.projector.version_leases import VersionLeases, newest_at, version_stamps
 
 VALUES = "values_v1"
 VALUE_PATHS = "value_paths_v1"
@@ -121,6 +123,12 @@ DEFAULT_KEY_CACHE_KEYS = 1_000_000
 """Keys of fragments remembered per store (:class:`~.fragment_keys.FragmentKeys`), ~150 MB."""
 DEFAULT_MAX_ATTEMPTS = 6
 DEFAULT_BACKOFF_S = 0.05
+SUPERSEDED_GRACE = timedelta(minutes=10)
+"""Compaction keeps a version this long after a newer one was committed (the time a query
+that bound it as the newest has to write its lease)."""
+KEEP_MARGIN_S = 0.005
+"""Versions committed up to this long before a kept one are kept too (the cut-off is computed
+a moment before Lance applies it, at its entry)."""
 MAX_BACKOFF_S = 2.0
 
 
@@ -173,11 +181,17 @@ class DatasetCompaction:
     indexes_created: tuple[str, ...]
     versions_removed: int
     bytes_removed: int
+    kept_from_version: int | None = None
+    """The oldest version a live lease named: it and every later version were kept."""
 
 
 @dataclass(frozen=True, slots=True)
 class CompactReport:
     datasets: tuple[DatasetCompaction, ...]
+    leases_live: int = 0
+    """Live version leases (running queries' bound versions) the compaction respected."""
+    leases_malformed: tuple[str, ...] = ()
+    """Lease files that could not be decoded (ignored; left for an operator)."""
 
 
 _PROCESS_LOCKS: dict[str, threading.Lock] = {}
@@ -236,6 +250,19 @@ class PrivateStore:
         self._keys = FragmentKeys(key_cache_keys) if fragment_keys is None else fragment_keys
         self._writers: ThreadPoolExecutor | None = None
         self._writers_lock = threading.Lock()
+        self._leases: VersionLeases | None = None
+
+    @property
+    def leases(self) -> VersionLeases:
+        """The version leases of this scope (made on first use; :mod:`.version_leases`)."""
+        with self._writers_lock:
+            if self._leases is None:
+                self._leases = VersionLeases(
+                    self._root,
+                    storage_options=self._storage_options,
+                    clock=lambda: self._clock().timestamp(),
+                )
+            return self._leases
 
     @property
     def root_uri(self) -> str:
@@ -445,24 +472,47 @@ class PrivateStore:
 
     # --- maintenance ----------------------------------------------------------------------
 
-    def compact(self, retention: timedelta, *, now: datetime | None = None) -> CompactReport:
+    def compact(
+        self,
+        retention: timedelta,
+        *,
+        now: datetime | None = None,
+        superseded_grace: timedelta = SUPERSEDED_GRACE,
+    ) -> CompactReport:
         """Compact small fragments, build missing scalar indexes (:data:`INDEXES`), add new
-        rows to existing ones, and remove versions older than ``now - retention``. Versions
-        newer than that stay readable, so a query bound to a recent version keeps working."""
-        if retention < timedelta(0):
-            raise PrivateStoreError(f"retention must not be negative, got {retention}")
+        rows to existing ones, and remove versions older than ``now - retention`` except those
+        a live version lease names and every version after them (:mod:`.version_leases`):
+        a query bound to a version keeps reading it however old it is. A version that stopped
+        being the newest less than ``superseded_grace`` ago stays too (a query that has just
+        bound it may not have written its lease yet)."""
+        if retention < timedelta(0) or superseded_grace < timedelta(0):
+            raise PrivateStoreError(
+                f"retention and grace must not be negative, got {retention}, {superseded_grace}"
+            )
         now = now or self._clock()
-        older_than = max(retention + (datetime.now(UTC) - now), timedelta(0))
+        skew = datetime.now(UTC) - now  # Lance stamps versions with the real clock
+        try:
+            floor = self.leases.floor(now=now.timestamp())
+        except ProjectorError as exc:
+            raise PrivateStoreUnavailable(f"cannot read the version leases: {exc}") from exc
         reports = []
         for name in DATASETS:
             with self._writer(name):
                 ds = self._open(name)
                 if ds is not None:
-                    reports.append(self._compact_one(name, ds, older_than))
-        return CompactReport(tuple(reports))
+                    keep = floor.versions.get(name)
+                    settled = (now - superseded_grace).timestamp()
+                    reports.append(self._compact_one(name, ds, retention, skew, keep, settled))
+        return CompactReport(tuple(reports), floor.live, floor.malformed)
 
     def _compact_one(
-        self, name: str, ds: lance.LanceDataset, older_than: timedelta
+        self,
+        name: str,
+        ds: lance.LanceDataset,
+        retention: timedelta,
+        skew: timedelta,
+        keep: int | None,
+        settled: float,
     ) -> DatasetCompaction:
         before = ds.version
         try:
@@ -478,6 +528,14 @@ class PrivateStore:
             if existing:
                 ds.optimize.optimize_indices(index_names=sorted(existing))
             ds = self._require(name)
+            older_than = max(retention + skew, timedelta(0))
+            stamps = version_stamps(ds.versions())
+            leased = stamps.get(keep) if keep is not None else None
+            # keep the leased version, the one that was newest at ``settled``, and all later
+            for since in (leased, newest_at(stamps, settled)):
+                if since is not None:
+                    kept = timedelta(seconds=time.time() - since + KEEP_MARGIN_S)
+                    older_than = max(older_than, kept)
             stats = ds.cleanup_old_versions(older_than=older_than)
         except OSError as exc:  # CommitConflictError included: compaction is rescheduled
             raise LanceCommitFailed(f"compaction of {self.uri(name)} failed: {exc}") from exc
@@ -490,6 +548,7 @@ class PrivateStore:
             tuple(created),
             stats.old_versions,
             stats.bytes_removed,
+            keep if leased is not None else None,
         )
 
     # --- Lance plumbing -------------------------------------------------------------------

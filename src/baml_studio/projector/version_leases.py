@@ -1,0 +1,272 @@
+"""Leases on the Lance versions running queries read (docs/projector.md "Version retention").
+
+A query binds one version of each private dataset when it starts
+(:mod:`baml_studio.coordinator.snapshot`) and reads those versions until it ends. Compaction
+(:meth:`~.lance_store.PrivateStore.compact`) removes versions older than its retention window,
+and a bound version can be older than that window: a dataset left alone for eight days still
+has its eight-day-old newest version, a query binds it, the projector commits a new one, and
+the next compaction would remove the version the query is reading. So the coordinator writes a
+*lease* before it reads, and compaction keeps every version a live lease names.
+
+Layout, next to the datasets of one scope::
+
+    <root>/_leases/<digest>-<holder>.json
+    {"format": "baml-studio.version-lease/1",
+     "versions": {"calls_v1": 12, "projected_v1": 30, ...},
+     "expires_at": 1733390000.5}
+
+``digest`` is the SHA-256 (first 32 hex) of the canonical version map, ``holder`` a random id
+of the writing :class:`VersionLeases` (one per coordinator process and scope), so two processes
+never overwrite each other's lease and every query of one process that binds the same versions
+shares one file. A lease is written before the query reads anything and extended (rewritten)
+only when a query needs it beyond its current expiry; it is written with :data:`EXTEND_S` to
+spare, so a stream of short queries over the same versions writes about once a minute. Leases
+are never released early (they are shared); they expire. A local lease is written to a
+temporary name and renamed (readers never see half a file); an object-store ``PUT`` is atomic.
+
+Compaction reads the leases with :meth:`VersionLeases.floor`: the lowest version each dataset's
+live leases name. It then keeps every version committed at or after that version's timestamp
+(:func:`version_stamps`). A query reads the newest versions and then writes its lease; so that
+compaction cannot slip between the two, a version is also kept for a grace period after it
+stopped being the newest (:func:`newest_at`, ``PrivateStore.compact``'s
+``superseded_grace``). Expired leases are deleted once they have been expired for
+:data:`GRACE_S`. A lease file that cannot be decoded (:func:`decode_lease` raises
+:class:`LeaseMalformed`) protects nothing, is reported and counted, and is left in place for
+an operator; the others still count.
+
+Errors: :class:`LeaseMalformed` (a lease body, terminal for that file) and
+:class:`LeaseUnavailable` (the lease could not be written or listed; transient): a query whose
+lease cannot be written is refused rather than run unprotected.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from baml_studio.projector.errors import ProjectorError
+
+log = logging.getLogger(__name__)
+
+FORMAT = "baml-studio.version-lease/1"
+LEASE_DIR = "_leases"
+EXTEND_S = 60.0
+"""A written lease lasts this much longer than the query that wrote it needed."""
+GRACE_S = 300.0
+"""An expired lease is deleted by compaction this long after it expired (clock skew)."""
+MAX_LEASE_BYTES = 64 * 1024
+MAX_DATASETS = 64
+
+
+class LeaseMalformed(ProjectorError):
+    """A lease file's body is not a version lease."""
+
+    transient = False
+
+
+class LeaseUnavailable(ProjectorError):
+    """A lease could not be written, listed or read (I/O)."""
+
+    transient = True
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    versions: dict[str, int]
+    expires_at: float
+    """Unix seconds."""
+
+    def encode(self) -> bytes:
+        body = {"format": FORMAT, "versions": self.versions, "expires_at": self.expires_at}
+        return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseFloor:
+    """What compaction learned from the leases of one scope."""
+
+    versions: dict[str, int]
+    """Per dataset, the lowest version a live lease names (absent: no live lease)."""
+    live: int = 0
+    expired_removed: int = 0
+    malformed: tuple[str, ...] = ()
+    """Paths of lease files that could not be decoded (left in place)."""
+
+
+def decode_lease(data: bytes) -> Lease:
+    """The lease in ``data``; raises :class:`LeaseMalformed` for anything else."""
+    if len(data) > MAX_LEASE_BYTES:
+        raise LeaseMalformed(f"lease is {len(data)} bytes, more than {MAX_LEASE_BYTES}")
+    try:
+        body = json.loads(data)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise LeaseMalformed(f"lease is not JSON: {exc}") from None
+    if not isinstance(body, dict) or body.get("format") != FORMAT:
+        raise LeaseMalformed(f"lease is not a {FORMAT} object")
+    versions, expires_at = body.get("versions"), body.get("expires_at")
+    if not isinstance(versions, dict) or not 0 < len(versions) <= MAX_DATASETS:
+        raise LeaseMalformed(f"lease versions must be an object of 1..{MAX_DATASETS} datasets")
+    for name, version in versions.items():
+        if not name or type(version) is not int or version < 1:
+            raise LeaseMalformed(f"lease version of {name!r} must be an integer >= 1")
+    if not isinstance(expires_at, int | float) or isinstance(expires_at, bool):
+        raise LeaseMalformed("lease expires_at must be a finite number")
+    if not math.isfinite(expires_at):
+        raise LeaseMalformed("lease expires_at must be a finite number")
+    return Lease(dict(versions), float(expires_at))
+
+
+def filesystem(
+    root_uri: str, storage_options: Mapping[str, str] | None
+) -> tuple[pafs.FileSystem, str]:
+    """A pyarrow filesystem and the path of ``root_uri`` in it (a local path or ``s3://``),
+    from the same options Lance takes (``aws_endpoint``, ``aws_region``, keys)."""
+    if "://" not in root_uri or root_uri.startswith("file://"):
+        return pafs.LocalFileSystem(), root_uri.removeprefix("file://")
+    if not root_uri.startswith("s3://"):
+        raise ValueError(f"version leases support local and s3:// roots, not {root_uri!r}")
+    options = dict(storage_options or {})
+    endpoint = options.get("aws_endpoint")
+    kwargs: dict[str, Any] = {"region": options.get("aws_region", "us-east-1")}
+    if endpoint:
+        scheme, _, host = endpoint.partition("://")
+        kwargs["endpoint_override"] = host or scheme
+        kwargs["scheme"] = scheme if host else "https"
+    if options.get("aws_access_key_id"):
+        kwargs["access_key"] = options["aws_access_key_id"]
+        kwargs["secret_key"] = options.get("aws_secret_access_key", "")
+    if options.get("aws_virtual_hosted_style_request") == "true":
+        kwargs["force_virtual_addressing"] = True
+    return pafs.S3FileSystem(**kwargs), root_uri.removeprefix("s3://")
+
+
+class VersionLeases:
+    """The leases of one scope's datasets at ``root_uri`` (module docstring)."""
+
+    def __init__(
+        self,
+        root_uri: str,
+        *,
+        storage_options: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._fs, root = filesystem(root_uri, storage_options)
+        self._local = isinstance(self._fs, pafs.LocalFileSystem)
+        self._dir = f"{root.rstrip('/')}/{LEASE_DIR}"
+        self._clock = clock
+        self._holder = secrets.token_hex(8)
+        self._lock = threading.Lock()
+        self._held: dict[str, float] = {}
+        self.writes = 0
+        """Lease files written by this holder (instrumentation)."""
+
+    def hold(self, versions: Mapping[str, int], seconds: float) -> None:
+        """Keep ``versions`` from compaction for at least ``seconds`` from now."""
+        pinned = {name: v for name, v in sorted(versions.items()) if v >= 1}
+        if not pinned:
+            return
+        until = self._clock() + max(seconds, 0.0)
+        digest = hashlib.sha256(json.dumps(pinned).encode()).hexdigest()[:32]
+        with self._lock:
+            if self._held.get(digest, 0.0) >= until:
+                return
+            lease = Lease(pinned, until + EXTEND_S)
+            self._write(f"{self._dir}/{digest}-{self._holder}.json", lease.encode())
+            self._held[digest] = lease.expires_at
+            self.writes += 1
+
+    def floor(self, *, now: float | None = None, remove_expired: bool = True) -> LeaseFloor:
+        """The lowest leased version of each dataset over every live lease (any holder) at
+        ``now`` (Unix seconds; default the clock)."""
+        now = self._clock() if now is None else now
+        lowest: dict[str, int] = {}
+        live = removed = 0
+        malformed: list[str] = []
+        for info in self._list():
+            try:
+                lease = decode_lease(self._read(info.path))
+            except LeaseMalformed as exc:
+                log.warning("version lease %s ignored: %s", info.path, exc)
+                malformed.append(info.path)
+                continue
+            except FileNotFoundError:  # deleted by another compaction meanwhile
+                continue
+            if lease.expires_at < now:
+                if remove_expired and lease.expires_at + GRACE_S < now:
+                    self._delete(info.path)
+                    removed += 1
+                continue
+            live += 1
+            for name, version in lease.versions.items():
+                lowest[name] = min(version, lowest.get(name, version))
+        return LeaseFloor(lowest, live, removed, tuple(malformed))
+
+    # --- I/O ------------------------------------------------------------------------------
+
+    def _write(self, path: str, data: bytes) -> None:
+        try:
+            if self._local:
+                os.makedirs(self._dir, exist_ok=True)
+                staging = f"{self._dir}/.{secrets.token_hex(8)}.tmp"
+                with open(staging, "wb") as handle:
+                    handle.write(data)
+                os.replace(staging, path)
+            else:
+                with self._fs.open_output_stream(path) as out:
+                    out.write(data)
+        except OSError as exc:
+            raise LeaseUnavailable(f"cannot write version lease {path}: {exc}") from exc
+
+    def _list(self) -> list[pafs.FileInfo]:
+        try:
+            infos = self._fs.get_file_info(pafs.FileSelector(self._dir, allow_not_found=True))
+        except OSError as exc:
+            raise LeaseUnavailable(f"cannot list version leases in {self._dir}: {exc}") from exc
+        return [i for i in infos if i.type == pafs.FileType.File and i.path.endswith(".json")]
+
+    def _read(self, path: str) -> bytes:
+        try:
+            with self._fs.open_input_stream(path) as stream:
+                return bytes(stream.read(MAX_LEASE_BYTES + 1))
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise LeaseUnavailable(f"cannot read version lease {path}: {exc}") from exc
+
+    def _delete(self, path: str) -> None:
+        try:
+            self._fs.delete_file(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise LeaseUnavailable(f"cannot delete version lease {path}: {exc}") from exc
+
+
+def version_stamps(versions: Iterable[Mapping[str, Any]]) -> dict[int, float]:
+    """``{version: commit time in Unix seconds}`` of a dataset's ``versions()`` list (Lance
+    gives naive local times; ``timestamp()`` reads them as such)."""
+    return {
+        int(entry["version"]): entry["timestamp"].timestamp()
+        for entry in versions
+        if hasattr(entry.get("timestamp"), "timestamp")
+    }
+
+
+def newest_at(stamps: Mapping[int, float], when: float) -> float | None:
+    """Commit time of the version that was the newest at ``when`` (the oldest version's if
+    none was committed by then; None if there are none)."""
+    if not stamps:
+        return None
+    committed = [v for v, t in stamps.items() if t <= when]
+    return stamps[max(committed)] if committed else min(stamps.values())
