@@ -112,7 +112,17 @@ def test_consumers_in_threads_and_another_process_get_each_message_once(tmp_path
     first = child.stdout.readline()  # the child is consuming: start the threads against it
     for thread in threads:
         thread.start()
-    out, err = child.communicate(timeout=CHILD_TIMEOUT_S)
+    # read the rest through the same file object: ``communicate`` reads the pipe itself and
+    # would miss lines ``readline`` already buffered (the child may have printed several by
+    # then on a loaded machine: the suite once came up eight messages short this way)
+    watchdog = threading.Timer(CHILD_TIMEOUT_S, child.kill)
+    watchdog.start()
+    try:
+        out = child.stdout.read()
+        err = child.stderr.read() if child.stderr else ""
+        child.wait(CHILD_TIMEOUT_S)
+    finally:
+        watchdog.cancel()
     for thread in threads:
         thread.join(CHILD_TIMEOUT_S)
     assert child.returncode == 0, err
