@@ -6,7 +6,7 @@ Both take the options of :mod:`baml_studio.cli_projector_common` (``--data``,
 ``--control-plane``, ``--token`` or ``$BAML_WORKLOAD_TOKEN``, ``--derived``).
 
 The service runs the sweep of every scope every ``sweep_interval_s`` with ``silence_limit_s``
-(:func:`sweep_hook`; when :mod:`baml_studio.projector.sweep` is installed), and the compaction
+(:func:`sweep_hook`), and the compaction
 of every scope every ``compact_interval_s`` with ``version_retention_s`` (``ProjectorConfig``).
 
 Exit codes: 0 success (``projector``: stopped by SIGTERM or SIGINT, or ``--once`` drained what
@@ -18,12 +18,10 @@ compaction failed; the report names it).
 from __future__ import annotations
 
 import functools
-import importlib
 import json
 import logging
 import signal
 import threading
-import time
 from collections.abc import Callable
 from datetime import timedelta
 from types import FrameType
@@ -33,69 +31,24 @@ import click
 
 from baml_studio.cli_projector_common import EXIT_UNAVAILABLE, opened, projector_options
 from baml_studio.format.errors import BamlStudioError
-from baml_studio.gateway.config import Scope
-from baml_studio.projector.errors import ProjectorError
+from baml_studio.projector.maintenance import MaintenanceReport, sweep_scopes
 from baml_studio.projector.service import Projector, ProjectorConfig
 
 log = logging.getLogger(__name__)
 
-SWEEP_MODULE = "baml_studio.projector.sweep"
 SignalHandler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 
-def sweep_hook(projector: Projector) -> Callable[[], object] | None:
-    """The sweep of every scope with evidence (``sweep.discover_scopes``) with the projector's
-    silence limit, when :data:`SWEEP_MODULE` is installed; ``None`` otherwise (the service then
-    runs no sweep). A scope whose sweep fails does not stop the others; the first error is
-    raised once all ran (the service logs it and sweeps again at the next interval)."""
-    try:
-        module = importlib.import_module(SWEEP_MODULE)
-    except ModuleNotFoundError as exc:
-        if exc.name != SWEEP_MODULE:
-            raise
-        return None
-    sweep = getattr(module, "sweep", None)
-    discover = getattr(module, "discover_scopes", None)
-    if not callable(sweep) or not callable(discover):
-        return None
-    config = projector.config
+def sweep_hook(projector: Projector) -> Callable[[], object]:
+    """The sweep of every scope with evidence (:func:`~.maintenance.sweep_scopes`) with the
+    projector's silence limit. A scope whose sweep fails does not stop the others; the failures
+    are raised together once all ran (``MaintenanceIncomplete``: the service logs it and
+    sweeps again at the next interval)."""
 
-    def sweep_all() -> list[object]:
-        now = time.time()
-        reports: list[object] = []
-        failure: Exception | None = None
-        for scope in discover(projector.store):
-            try:
-                report = sweep(
-                    projector.store,
-                    scope,
-                    projector.control,
-                    projector.private_store(scope),
-                    silence_limit_s=config.silence_limit_s,
-                    now=now,
-                    config=config.worker,
-                )
-            except ProjectorError as exc:
-                log.warning("sweep of %s failed: %s: %s", _label(scope), type(exc).__name__, exc)
-                failure = failure or exc
-                continue
-            reports.append(report)
-            log.info(
-                "sweep of %s: swept=%d pending=%d failed=%d",
-                _label(scope),
-                len(getattr(report, "swept", ())),
-                len(getattr(report, "pending", ())),
-                len(getattr(report, "failed", ())),
-            )
-        if failure is not None:
-            raise failure
-        return reports
+    def sweep_all() -> MaintenanceReport:
+        return sweep_scopes(projector).raise_for_failures()
 
     return sweep_all
-
-
-def _label(scope: Scope) -> str:
-    return f"{scope.tenant}/{scope.project}/{scope.environment}"
 
 
 def compaction_hook(projector: Projector) -> Callable[[], object]:

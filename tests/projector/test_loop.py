@@ -31,16 +31,16 @@ from projector_service_rig import (
     with_private,
 )
 
-from baml_studio import cli_projector
 from baml_studio.cli_projector import compaction_hook, projector_command, sweep_hook
 from baml_studio.gateway.config import Scope
 from baml_studio.gateway.keys import pack_key
 from baml_studio.gateway.service import load_dataplane_config
 from baml_studio.objectstore.errors import ObjectNotFound
 from baml_studio.objectstore.notifications import s3_event
-from baml_studio.projector import loop
+from baml_studio.projector import loop, maintenance
 from baml_studio.projector.errors import LanceCommitFailed
 from baml_studio.projector.loop import run_projector
+from baml_studio.projector.maintenance import MaintenanceIncomplete
 from baml_studio.projector.service import Projector, ProjectorConfig, open_projector
 from baml_studio.projector.worker import WorkerConfig
 from baml_studio.queue.errors import QueueUnavailable
@@ -341,18 +341,11 @@ def test_sweep_hook_sweeps_every_scope_and_reports_a_failed_one(
             raise LanceCommitFailed("conflict (test)")
         return types.SimpleNamespace(swept=("e1",), pending=(), failed=())
 
-    module = types.ModuleType(cli_projector.SWEEP_MODULE)
-    module.sweep = sweep  # type: ignore[attr-defined]
-    module.discover_scopes = lambda store: [other, SCOPE]  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, cli_projector.SWEEP_MODULE, module)
+    monkeypatch.setattr(maintenance, "sweep", sweep)
+    monkeypatch.setattr(maintenance, "discover_scopes", lambda store: [other, SCOPE])
     hook = sweep_hook(local)
-    assert hook is not None
-    with pytest.raises(LanceCommitFailed):
+    with pytest.raises(MaintenanceIncomplete, match="LanceCommitFailed: conflict") as raised:
         hook()
+    assert "tn_other/prj_other/env_other" in str(raised.value)
     limit = local.config.silence_limit_s
     assert calls == [(other, limit), (SCOPE, limit)]  # the failure did not stop the next scope
-
-    monkeypatch.setitem(sys.modules, cli_projector.SWEEP_MODULE, types.ModuleType("empty"))
-    assert sweep_hook(local) is None
-    monkeypatch.setitem(sys.modules, cli_projector.SWEEP_MODULE, None)  # not installed
-    assert sweep_hook(local) is None

@@ -7,11 +7,6 @@ walk bound, listing times, pending values and refusals at the library level; the
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from click.testing import CliRunner
+from killed_profiler import abandoned_ids, killed_store
 from projector_e2e_rig import Ingest, assert_same_relations, ingest_path
 from projector_fixtures import (
     SCOPE,
@@ -59,81 +55,13 @@ from baml_studio.projector.sweep import (
 from baml_studio.publisher import Publisher
 from baml_studio.store import Plane, StoreLayout, StoreReader
 
-__all__ = ["walk_store"]
+__all__ = ["killed_store", "walk_store"]
 
 HOUR = 3600.0
 FAR = 10 * 365 * 24 * HOUR
 """Added to the wall clock: every stream of these tests is silent by then."""
 
-CHILD = textwrap.dedent(
-    """
-    import sys, threading, time
-    from pathlib import Path
-    from baml_studio.profiler import Profiler, ProfilerConfig, baml_function
-
-    @baml_function(name="sweep.Llm", llm=True)
-    def llm(doc: str) -> str:
-        return doc.upper()
-
-    @baml_function(name="sweep.Done")
-    def done(i: int) -> str:
-        return llm(f"document {i}")
-
-    @baml_function(name="sweep.Stuck")
-    def stuck(started: threading.Event) -> None:
-        llm("before the kill")
-        started.set()
-        threading.Event().wait()
-
-    prof = Profiler(ProfilerConfig(store_root=Path(sys.argv[1]), publish_interval_s=0.0,
-                                   wake_interval_s=0.001)).activate()
-    for i in range(3):
-        done(i)
-    started = threading.Event()
-    threading.Thread(target=stuck, args=(started,), daemon=True).start()
-    started.wait(30)
-    prof.flush()
-    print("ready", flush=True)
-    time.sleep(120)
-    """
-)
-
-
-@pytest.fixture
-def killed_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Three ended roots and one (``sweep.Stuck``) whose process was SIGKILLed after a flush:
-    RootStarted and data shipped, no RootEnded. Built per test (a second or two), so its
-    records are always seconds old: fresh for a one-hour silence limit."""
-    base = tmp_path_factory.mktemp("sweep-killed")
-    root = base / ".baml" / "profiles-v1"
-    script = base / "child.py"
-    script.write_text(CHILD)
-    child = subprocess.Popen(
-        [sys.executable, str(script), str(root)], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == "ready", "child exited early"
-        os.kill(child.pid, signal.SIGKILL)
-    finally:
-        child.kill()
-        child.wait(30)
-    assert child.returncode == -signal.SIGKILL
-    return root
-
-
 # --- helpers ------------------------------------------------------------------------------------
-
-
-def abandoned_ids(root: Path) -> list[str]:
-    threads = LocalStoreSource(root).root_threads(columns=["execution_id", "status"])
-    return sorted(
-        e
-        for e, s in zip(
-            threads["execution_id"].to_pylist(), threads["status"].to_pylist(), strict=True
-        )
-        if s == "abandoned"
-    )
 
 
 def restrict(tables: dict[str, pa.Table], ids: list[str], *, keep: bool) -> dict[str, pa.Table]:

@@ -5,6 +5,22 @@ Handler: ``baml_studio.projector.lambda_handler.handler``. The event source mapp
 the queue's visibility timeout (AWS suggests a sixth of it), and the queue's redrive policy
 (``maxReceiveCount``) pointing at the dead-letter queue.
 
+Concurrency: Lance cannot lock an object store, so one writer per scope's datasets at a time
+(``lance_store``): give the function a reserved concurrency of 1 per queue (one queue per data
+plane), or two concurrent invocations may both append the same new keys. Throttled batches
+stay in the queue and are polled again; nothing is lost.
+
+Maintenance: with no long-running service, the sweep and the compaction the service runs on
+its intervals come from a second function on a schedule (an EventBridge rule, every 5 minutes
+to hourly), handler ``baml_studio.projector.lambda_handler.maintenance_handler``, same
+environment: a scheduled event sweeps and compacts every scope with evidence in the bucket;
+a rule's input ``{"tasks": ["sweep"|"compact", …], "scopes": ["tenant/project/environment",
+…]}`` chooses (:func:`parse_maintenance_event`). A scope that fails is named in
+:class:`~.maintenance.MaintenanceIncomplete`, raised after every other scope ran (the error
+metric and the rule's retry see it). Compaction commits beside the projector's appends, which
+Lance reconciles (a conflict fails that scope's compaction until the next run); give this
+function a reserved concurrency of 1 too, so runs of the schedule do not overlap.
+
 Each record (``messageId``, ``receiptHandle``, ``body`` = the S3 event JSON,
 ``attributes.ApproximateReceiveCount``) goes through :meth:`ProjectorWorker.handle`, exactly as
 in the service, over the source queue as an invocation sees it:
@@ -61,6 +77,7 @@ object_store's default chains read the variables Lambda sets).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import reprlib
@@ -70,10 +87,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from baml_studio.gateway.config import Scope
 from baml_studio.gateway.service import DataplaneConfig, load_dataplane_config
 from baml_studio.objectstore.config import S3Config
+from baml_studio.projector.compact import parse_scope
 from baml_studio.projector.errors import ProjectorError
 from baml_studio.projector.lance_store import DEFAULT_KEY_CACHE_KEYS
+from baml_studio.projector.maintenance import TASKS, run_maintenance
 from baml_studio.projector.service import Projector, ProjectorConfig, open_projector
 from baml_studio.projector.worker import ProjectorWorker
 from baml_studio.queue.config import SqsQueueConfig
@@ -288,6 +308,79 @@ _ENTRY_POINT = LambdaEntryPoint(open_from_env)
 def handler(event: Any, context: Any) -> BatchResponse:
     """The Lambda entry point (``baml_studio.projector.lambda_handler.handler``)."""
     return _ENTRY_POINT(event, context)
+
+
+def parse_maintenance_event(event: Any) -> tuple[tuple[str, ...], tuple[Scope, ...] | None]:
+    """``(tasks, scopes)`` of a maintenance invocation: an EventBridge scheduled event (or any
+    object without the two fields) runs both tasks over every discovered scope; a schedule's
+    input ``{"tasks": ["sweep", "compact"], "scopes": ["tenant/project/environment", …]}``
+    chooses. :class:`LambdaEventInvalid` for anything else (an SQS batch included)."""
+    if not isinstance(event, Mapping) or "Records" in event:
+        raise LambdaEventInvalid(
+            "a maintenance event is an EventBridge scheduled event or {'tasks': [...], "
+            "'scopes': [...]}; check the function's trigger (SQS batches go to handler)"
+        )
+    tasks: tuple[str, ...] = TASKS
+    if "tasks" in event:
+        chosen = event["tasks"]
+        if (
+            not isinstance(chosen, list)
+            or not chosen
+            or not all(isinstance(t, str) and t in TASKS for t in chosen)
+        ):
+            raise LambdaEventInvalid(
+                f"maintenance 'tasks' must be a non-empty list of {list(TASKS)}, got "
+                f"{reprlib.repr(chosen)}"
+            )
+        tasks = tuple(t for t in TASKS if t in chosen)
+    if "scopes" not in event:
+        return tasks, None
+    named = event["scopes"]
+    if not isinstance(named, list) or not all(isinstance(s, str) for s in named):
+        raise LambdaEventInvalid(
+            f"maintenance 'scopes' must be a list of 'tenant/project/environment', got "
+            f"{reprlib.repr(named)}"
+        )
+    try:
+        return tasks, tuple(sorted({parse_scope(text) for text in named}))
+    except ValueError as exc:
+        raise LambdaEventInvalid(f"maintenance 'scopes': {exc}") from None
+
+
+class MaintenanceEntryPoint:
+    """The scheduled maintenance handler: opens its :class:`Projector` on the first
+    invocation, then runs :func:`~.maintenance.run_maintenance` for each event."""
+
+    def __init__(self, open_projector_: Callable[[], Projector]) -> None:
+        self._open = open_projector_
+        self._lock = threading.Lock()
+        self._projector: Projector | None = None
+
+    def __call__(self, event: Any, context: Any) -> dict[str, Any]:
+        tasks, scopes = parse_maintenance_event(event)
+        with self._lock:  # one maintenance at a time per execution environment
+            if self._projector is None:
+                self._projector = self._open()
+            report = run_maintenance(self._projector, tasks, scopes)
+        body = report.as_dict()
+        log.info("maintenance %s: %s", ",".join(tasks), json.dumps(body, default=str))
+        report.raise_for_failures()
+        return body
+
+    def close(self) -> None:
+        with self._lock:
+            if self._projector is not None:
+                self._projector.close()
+            self._projector = None
+
+
+_MAINTENANCE = MaintenanceEntryPoint(open_from_env)
+
+
+def maintenance_handler(event: Any, context: Any) -> dict[str, Any]:
+    """The scheduled entry point (``baml_studio.projector.lambda_handler.maintenance_handler``):
+    the sweep and the compaction, as the service runs them on its intervals."""
+    return _MAINTENANCE(event, context)
 
 
 def _records(event: Any) -> Sequence[Mapping[str, Any]]:
