@@ -50,7 +50,10 @@ def submit_together(coalescer: Coalescer, items: Sequence[Pending]) -> list[Any]
 
 
 def pending(i: int, rows: int = 2) -> Pending:
-    return Pending(key("health_v1", f"r{i}"), sample_rows("health_v1", rows), "d")
+    """A batch waiting for its group; ``done`` is set once it is decided."""
+    item = Pending(key("health_v1", f"r{i}"), sample_rows("health_v1", rows), "d")
+    item.done = threading.Event()
+    return item
 
 
 class Recorder:
@@ -322,7 +325,7 @@ def test_a_backlog_keeps_the_group_open_for_batches_arriving_meanwhile() -> None
     for item in late:  # well inside the 2 s busy linger
         coalescer.enqueue(item)
     for item in [first, *backlog, *late]:
-        assert item.done.wait(10)
+        assert item.done is not None and item.done.wait(10)
     coalescer.close()
     assert groups == [["r0"], [f"r{i}" for i in range(1, 9)]]
 

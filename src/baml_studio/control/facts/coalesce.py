@@ -17,7 +17,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import pyarrow as pa
@@ -35,7 +35,9 @@ class Pending:
     rows: pa.Table
     """The public rows, as the caller gave them."""
     content_digest: str
-    done: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event | None = None
+    """Set once the batch is decided, for a caller parked in :meth:`Coalescer.submit` (made
+    there only: a caller on an event loop is told through ``waker``)."""
     result: BatchResult | None = None
     visible: LedgerEntry | None = None
     error: BaseException | None = None
@@ -120,13 +122,14 @@ class Coalescer:
     def submit(self, item: Pending) -> BatchResult:
         """Queue ``item``, wait until it is decided, and return its result; re-raise its own
         error, or :class:`GroupWriteFailed` if its group's writes failed."""
+        done = item.done = threading.Event()
         self.enqueue(item)
-        item.done.wait()
+        done.wait()
         return item.outcome()
 
     def enqueue(self, item: Pending) -> None:
-        """Queue ``item`` without waiting: ``item.done`` is set (and its ``waker`` told) once
-        it is decided. Raises :class:`CoalescerClosed`."""
+        """Queue ``item`` without waiting: ``item.done`` (if any) is set and its ``waker`` told
+        once it is decided. Raises :class:`CoalescerClosed`."""
         with self._cond:
             if self._closed:
                 raise CoalescerClosed(f"the fact store is closed; {item.key.batch_id} not written")
@@ -162,7 +165,8 @@ class Coalescer:
             finally:
                 wakers: dict[int, tuple[Waker, list[Pending]]] = {}
                 for item in group:
-                    item.done.set()
+                    if item.done is not None:
+                        item.done.set()
                     if item.waker is not None:
                         wakers.setdefault(id(item.waker), (item.waker, []))[1].append(item)
                 for waker, items in wakers.values():
