@@ -97,6 +97,18 @@ def start_ministack(tmp_path: Path) -> tuple[str, Callable[[], None]]:
     return endpoint, stop
 
 
+def lance_options(endpoint: str) -> dict[str, str]:
+    """Lance's (object_store's) ``storage_options`` for ministack with the test credentials."""
+    return {
+        "aws_endpoint": endpoint,
+        "aws_access_key_id": ACCESS_KEY_ID,
+        "aws_secret_access_key": SECRET_ACCESS_KEY,
+        "aws_region": REGION,
+        "allow_http": "true",
+        "aws_virtual_hosted_style_request": "false",
+    }
+
+
 def client(service: str, endpoint: str, **config: Any) -> Any:
     """A boto3 client for ministack with the test credentials, SigV4 and few retries."""
     import boto3  # type: ignore[import-untyped]  # reason: boto3 ships no types

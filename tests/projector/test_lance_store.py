@@ -520,18 +520,11 @@ def test_relation_schemas_drop_metadata_and_keep_types() -> None:
 
 @pytest.fixture
 def s3_store(ministack_endpoint: str) -> Iterator[PrivateStore]:
-    from ministack_fixture import ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY, client
+    from ministack_fixture import client, lance_options
 
     bucket = f"lance-{uuid.uuid4().hex[:20]}"
     client("s3", ministack_endpoint).create_bucket(Bucket=bucket)
-    options = {
-        "aws_endpoint": ministack_endpoint,
-        "aws_access_key_id": ACCESS_KEY_ID,
-        "aws_secret_access_key": SECRET_ACCESS_KEY,
-        "aws_region": REGION,
-        "allow_http": "true",
-        "aws_virtual_hosted_style_request": "false",
-    }
+    options = lance_options(ministack_endpoint)
     yield PrivateStore(
         f"s3://{bucket}/derived/v1/tenant/project/env", storage_options=options, clock=lambda: T0
     )

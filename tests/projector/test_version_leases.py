@@ -245,19 +245,12 @@ def test_without_a_lease_a_version_stays_for_the_grace_after_it_is_superseded(
 
 
 def test_leases_and_compaction_on_s3(ministack_endpoint: str) -> None:
-    from ministack_fixture import ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY, client
+    from ministack_fixture import client, lance_options
 
     bucket = f"lease-{uuid.uuid4().hex[:20]}"
     s3 = client("s3", ministack_endpoint)
     s3.create_bucket(Bucket=bucket)
-    options = {
-        "aws_endpoint": ministack_endpoint,
-        "aws_access_key_id": ACCESS_KEY_ID,
-        "aws_secret_access_key": SECRET_ACCESS_KEY,
-        "aws_region": REGION,
-        "allow_http": "true",
-        "aws_virtual_hosted_style_request": "false",
-    }
+    options = lance_options(ministack_endpoint)
     root = f"s3://{bucket}/derived/v1/tenant/project/env"
     store = PrivateStore(root, storage_options=options)
     versions = four_versions(store)
