@@ -316,7 +316,7 @@ def test_a_running_query_keeps_its_versions_through_a_compaction(
     from lance_fixtures import invoice
 
     from baml_studio.coordinator.config import CoordinatorConfig
-    from baml_studio.projector.version_leases import EXTEND_S, LEASE_DIR, decode_lease
+    from baml_studio.projector.version_leases import EXTEND_S, LEASE_DIR, decode_leases
 
     config = CoordinatorConfig(max_wall_ms=120_000)
     with coordinator_over(tmp_path, chdb_dsn, fact_database, workload_store, config=config) as rig:
@@ -330,7 +330,7 @@ def test_a_running_query_keeps_its_versions_through_a_compaction(
         bound = run.bound.dataset_versions
         leases = sorted((Path(rig.ingest.private.root_uri) / LEASE_DIR).glob("*.json"))
         assert len(leases) == 1
-        lease = decode_lease(leases[0].read_bytes())
+        (lease,) = decode_leases(leases[0].read_bytes())
         assert lease.versions == {name: v for name, v in bound.items() if v}
         # the request asked for 60 s: the lease covers it, with the spare minute
         assert lease.expires_at >= started + BUDGET.max_wall_ms / 1000 + EXTEND_S

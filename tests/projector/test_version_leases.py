@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lance_fixtures import invoice
 
+from baml_studio.projector import version_leases
 from baml_studio.projector.lance_store import (
     VALUES,
     PrivateStore,
@@ -27,11 +28,13 @@ from baml_studio.projector.version_leases import (
     FORMAT,
     GRACE_S,
     LEASE_DIR,
+    MAX_FILE_BYTES,
     Lease,
     LeaseMalformed,
     LeaseUnavailable,
     VersionLeases,
-    decode_lease,
+    decode_leases,
+    encode_leases,
 )
 
 
@@ -50,32 +53,41 @@ def lease_files(root: Path) -> list[Path]:
 # --- the codec ------------------------------------------------------------------------------
 
 
-def test_a_lease_round_trips_and_bad_bodies_are_typed_errors() -> None:
-    lease = Lease({"calls_v1": 3, "projected_v1": 9}, 1_800_000_060.5)
-    assert decode_lease(lease.encode()) == lease
-    good = json.loads(lease.encode())
+def test_leases_round_trip_and_bad_files_are_typed_errors() -> None:
+    leases = [Lease({"calls_v1": 3, "projected_v1": 9}, 1_800_000_060.5), Lease({"a": 1}, 7)]
+    assert decode_leases(encode_leases(leases)) == leases
+    assert decode_leases(encode_leases([])) == []
+    good = json.loads(encode_leases(leases[:1]))
+    entry = good["leases"][0]
+
+    def with_entry(**change: Any) -> dict[str, Any]:
+        return {**good, "leases": [{**entry, **change}]}
+
     bad: list[Any] = [
         b"", b"\xff\xfe", b"[]", b"null", b"{}", b"[" * 100_000,
         {**good, "format": "other/1"},
-        {**good, "versions": {}},
-        {**good, "versions": []},
-        {**good, "versions": {"calls_v1": 0}},
-        {**good, "versions": {"calls_v1": 1.5}},
-        {**good, "versions": {"calls_v1": True}},
-        {**good, "versions": {"": 2}},
-        {**good, "versions": {f"d{n}": 1 for n in range(65)}},
-        {**good, "expires_at": "soon"},
-        {**good, "expires_at": None},
-        {**good, "expires_at": True},
+        {**good, "leases": {}},
+        {**good, "leases": [1]},
+        {**good, "leases": [entry] * 4097},
+        with_entry(versions={}),
+        with_entry(versions=[]),
+        with_entry(versions={"calls_v1": 0}),
+        with_entry(versions={"calls_v1": 1.5}),
+        with_entry(versions={"calls_v1": True}),
+        with_entry(versions={"": 2}),
+        with_entry(versions={f"d{n}": 1 for n in range(65)}),
+        with_entry(expires_at="soon"),
+        with_entry(expires_at=None),
+        with_entry(expires_at=True),
     ]  # fmt: skip
     for body in bad:
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         with pytest.raises(LeaseMalformed):
-            decode_lease(data)
+            decode_leases(data)
     with pytest.raises(LeaseMalformed, match="finite"):
-        decode_lease(lease.encode().replace(b"1800000060.5", b"1e999"))
+        decode_leases(encode_leases(leases).replace(b"1800000060.5", b"1e999"))
     with pytest.raises(LeaseMalformed, match="bytes"):
-        decode_lease(b" " * (64 * 1024 + 1))
+        decode_leases(b" " * (MAX_FILE_BYTES + 1))
 
 
 JSON = st.recursive(
@@ -89,32 +101,44 @@ JSON = st.recursive(
 
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=200))
-def test_fuzz_decode_lease_bytes(data: bytes) -> None:
+def test_fuzz_decode_leases_bytes(data: bytes) -> None:
     try:
-        lease = decode_lease(data)
+        leases = decode_leases(data)
     except LeaseMalformed:
         return
-    assert decode_lease(lease.encode()) == lease
+    assert decode_leases(encode_leases(leases)) == leases
 
 
 @settings(max_examples=300, deadline=None)
 @given(
-    st.dictionaries(st.sampled_from(["format", "versions", "expires_at", "x"]), JSON),
-    st.dictionaries(st.text(max_size=12), st.integers(-2, 2**40) | JSON, max_size=5),
+    st.dictionaries(st.sampled_from(["format", "leases", "x"]), JSON),
+    st.lists(
+        st.dictionaries(
+            st.sampled_from(["versions", "expires_at", "x"]),
+            JSON | st.dictionaries(st.text(max_size=12), st.integers(-2, 2**40), max_size=5),
+        ),
+        max_size=3,
+    ),
     st.booleans(),
 )
-def test_fuzz_decode_lease_objects(body: dict[str, Any], versions: Any, shaped: bool) -> None:
+def test_fuzz_decode_leases_objects(body: dict[str, Any], entries: Any, shaped: bool) -> None:
     if shaped:
-        body = {**body, "format": FORMAT, "versions": versions}
+        body = {**body, "format": FORMAT, "leases": entries}
     try:
-        lease = decode_lease(json.dumps(body).encode())
+        leases = decode_leases(json.dumps(body).encode())
     except LeaseMalformed:
         return
-    assert all(type(v) is int and v >= 1 for v in lease.versions.values())
-    assert decode_lease(lease.encode()) == lease
+    assert all(type(v) is int and v >= 1 for lease in leases for v in lease.versions.values())
+    assert decode_leases(encode_leases(leases)) == leases
 
 
 # --- holding and the floor ------------------------------------------------------------------
+
+
+def stored(path: Path) -> dict[str, tuple[dict[str, int], float]]:
+    """A holder's file as ``{sorted versions: (versions, expires_at)}``."""
+    leases = decode_leases(path.read_bytes())
+    return {json.dumps(lease.versions): (lease.versions, lease.expires_at) for lease in leases}
 
 
 def test_leases_are_shared_extended_and_expire(tmp_path: Path) -> None:
@@ -128,24 +152,28 @@ def test_leases_are_shared_extended_and_expire(tmp_path: Path) -> None:
     mine.hold({"calls_v1": 4, "projected_v1": 7, "values_v1": 0}, 30)
     mine.hold({"projected_v1": 7, "calls_v1": 4}, 30)  # the same versions, within the lease
     assert mine.writes == 1 and len(lease_files(tmp_path)) == 1
-    stored = decode_lease(lease_files(tmp_path)[0].read_bytes())
-    assert stored.versions == {"calls_v1": 4, "projected_v1": 7}  # version 0: nothing to keep
-    assert stored.expires_at == clock.now + 30 + EXTEND_S
+    (only,) = stored(lease_files(tmp_path)[0]).values()
+    assert only == ({"calls_v1": 4, "projected_v1": 7}, clock.now + 30 + EXTEND_S)  # 0: none
 
     clock.now += 80  # inside the spare time: no rewrite
     mine.hold({"calls_v1": 4, "projected_v1": 7}, 5)
     assert mine.writes == 1
     mine.hold({"calls_v1": 4, "projected_v1": 7}, 600)  # a longer query extends it
-    assert mine.writes == 2 and len(lease_files(tmp_path)) == 1
+    mine.hold({"calls_v1": 5, "projected_v1": 8}, 10)  # newer versions: a second entry
+    assert mine.writes == 3 and len(lease_files(tmp_path)) == 1  # one file per holder
+    assert len(stored(lease_files(tmp_path)[0])) == 2
     theirs.hold({"calls_v1": 2, "projected_v1": 9}, 10)  # another holder, older calls_v1
     assert len(lease_files(tmp_path)) == 2
 
     floor = mine.floor()
-    assert floor.versions == {"calls_v1": 2, "projected_v1": 7} and floor.live == 2
+    assert floor.versions == {"calls_v1": 2, "projected_v1": 7} and floor.live == 3
 
-    clock.now += 10 + EXTEND_S + 1  # theirs expired, mine still live
+    clock.now += 10 + EXTEND_S + 1  # theirs expired, and mine's newer entry; the first lives
     assert mine.floor().versions == {"calls_v1": 4, "projected_v1": 7}
-    assert len(lease_files(tmp_path)) == 2  # expired, but within the grace period
+    mine.hold({"calls_v1": 6, "projected_v1": 9}, 10)  # a write drops the expired entry
+    entries = [versions for versions, _ in stored(Path(mine.path)).values()]
+    assert entries == [{"calls_v1": 4, "projected_v1": 7}, {"calls_v1": 6, "projected_v1": 9}]
+    assert len(lease_files(tmp_path)) == 2  # theirs: expired, but within the grace period
     clock.now += GRACE_S
     floor = mine.floor()
     assert floor.expired_removed == 1 and len(lease_files(tmp_path)) == 1
@@ -174,6 +202,22 @@ def test_an_unwritable_lease_is_a_transient_typed_error(tmp_path: Path) -> None:
     assert raised.value.transient
     with pytest.raises(ValueError, match="local and s3"):
         VersionLeases("gs://bucket/x")
+
+
+def test_a_holder_keeps_a_bounded_number_of_live_leases(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(version_leases, "MAX_LEASES", 2)
+    clock = Clock()
+    leases = VersionLeases(str(tmp_path), clock=clock)
+    leases.hold({"calls_v1": 1}, 10)
+    leases.hold({"calls_v1": 2}, 10)
+    with pytest.raises(LeaseUnavailable, match="2 leases are live"):
+        leases.hold({"calls_v1": 3}, 10)
+    assert len(stored(Path(leases.path))) == 2  # the file is as before the refused query
+    clock.now += 10 + EXTEND_S + 1  # both expired: the next write drops them
+    leases.hold({"calls_v1": 3}, 10)
+    assert [v for v, _ in stored(Path(leases.path)).values()] == [{"calls_v1": 3}]
 
 
 # --- compaction keeps leased versions -------------------------------------------------------
@@ -259,7 +303,7 @@ def test_leases_and_compaction_on_s3(ministack_endpoint: str) -> None:
     keys = [item["Key"] for item in listed.get("Contents", [])]
     assert len(keys) == 1
     body = s3.get_object(Bucket=bucket, Key=keys[0])["Body"].read()
-    assert decode_lease(body).versions == {VALUES: versions[2]}
+    assert [lease.versions for lease in decode_leases(body)] == [{VALUES: versions[2]}]
 
     other = VersionLeases(root, storage_options=options)  # another process reads it
     assert other.floor().versions == {VALUES: versions[2]}

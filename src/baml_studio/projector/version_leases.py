@@ -8,29 +8,32 @@ has its eight-day-old newest version, a query binds it, the projector commits a 
 the next compaction would remove the version the query is reading. So the coordinator writes a
 *lease* before it reads, and compaction keeps every version a live lease names.
 
-Layout, next to the datasets of one scope::
+Layout, next to the datasets of one scope: one file per *holder* (a :class:`VersionLeases`,
+one per coordinator process and scope, named by a random id), holding that process's live
+leases::
 
-    <root>/_leases/<digest>-<holder>.json
-    {"format": "baml-studio.version-lease/1",
-     "versions": {"calls_v1": 12, "projected_v1": 30, ...},
-     "expires_at": 1733390000.5}
+    <root>/_leases/<holder>.json
+    {"format": "baml-studio.version-leases/1",
+     "leases": [{"versions": {"calls_v1": 12, "projected_v1": 30, ...},
+                 "expires_at": 1733390000.5}, ...]}
 
-``digest`` is the SHA-256 (first 32 hex) of the canonical version map, ``holder`` a random id
-of the writing :class:`VersionLeases` (one per coordinator process and scope), so two processes
-never overwrite each other's lease and every query of one process that binds the same versions
-shares one file. A lease is written before the query reads anything and extended (rewritten)
-only when a query needs it beyond its current expiry; it is written with :data:`EXTEND_S` to
-spare, so a stream of short queries over the same versions writes about once a minute. Leases
-are never released early (they are shared); they expire. A local lease is written to a
-temporary name and renamed (readers never see half a file); an object-store ``PUT`` is atomic.
+A query's lease is written before it reads anything. Queries of one process that bind the same
+versions share one entry, extended (the file rewritten) only when a query needs it beyond its
+current expiry; an entry is written with :data:`EXTEND_S` to spare, so a stream of short
+queries over the same versions writes about once a minute, and a new set of versions (the
+projector committed meanwhile) writes once. Every write drops the holder's expired entries, so
+a file holds what its process's running queries need, and the directory one file per process
+(two processes never write one file). Entries are never released early (they are shared);
+they expire. A local file is written to a temporary name and renamed (readers never see half a
+file); an object-store ``PUT`` is atomic.
 
 Compaction reads the leases with :meth:`VersionLeases.floor`: the lowest version each dataset's
 live leases name. It then keeps every version committed at or after that version's timestamp
 (:func:`version_stamps`). A query reads the newest versions and then writes its lease; so that
 compaction cannot slip between the two, a version is also kept for a grace period after it
 stopped being the newest (:func:`newest_at`, ``PrivateStore.compact``'s
-``superseded_grace``). Expired leases are deleted once they have been expired for
-:data:`GRACE_S`. A lease file that cannot be decoded (:func:`decode_lease` raises
+``superseded_grace``). A file whose every entry has been expired for :data:`GRACE_S` (its
+process ended) is deleted. A file that cannot be decoded (:func:`decode_leases` raises
 :class:`LeaseMalformed`) protects nothing, is reported and counted, and is left in place for
 an operator; the others still count.
 
@@ -59,18 +62,21 @@ from baml_studio.projector.errors import ProjectorError
 
 log = logging.getLogger(__name__)
 
-FORMAT = "baml-studio.version-lease/1"
+FORMAT = "baml-studio.version-leases/1"
 LEASE_DIR = "_leases"
 EXTEND_S = 60.0
 """A written lease lasts this much longer than the query that wrote it needed."""
 GRACE_S = 300.0
 """An expired lease is deleted by compaction this long after it expired (clock skew)."""
-MAX_LEASE_BYTES = 64 * 1024
+MAX_FILE_BYTES = 4 << 20
+MAX_LEASES = 4096
+"""Live entries one holder may keep (a query over yet another set of versions past this is
+refused with :class:`LeaseUnavailable`)."""
 MAX_DATASETS = 64
 
 
 class LeaseMalformed(ProjectorError):
-    """A lease file's body is not a version lease."""
+    """A lease file's body is not a holder's version leases."""
 
     transient = False
 
@@ -87,9 +93,14 @@ class Lease:
     expires_at: float
     """Unix seconds."""
 
-    def encode(self) -> bytes:
-        body = {"format": FORMAT, "versions": self.versions, "expires_at": self.expires_at}
-        return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    def as_json(self) -> dict[str, Any]:
+        return {"versions": self.versions, "expires_at": self.expires_at}
+
+
+def encode_leases(leases: Iterable[Lease]) -> bytes:
+    """A holder's file: ``leases`` in the layout of the module docstring."""
+    body = {"format": FORMAT, "leases": [lease.as_json() for lease in leases]}
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,22 +110,33 @@ class LeaseFloor:
     versions: dict[str, int]
     """Per dataset, the lowest version a live lease names (absent: no live lease)."""
     live: int = 0
+    """Live entries, over every holder."""
     expired_removed: int = 0
+    """Files deleted because every entry in them had been expired for :data:`GRACE_S`."""
     malformed: tuple[str, ...] = ()
     """Paths of lease files that could not be decoded (left in place)."""
 
 
-def decode_lease(data: bytes) -> Lease:
-    """The lease in ``data``; raises :class:`LeaseMalformed` for anything else."""
-    if len(data) > MAX_LEASE_BYTES:
-        raise LeaseMalformed(f"lease is {len(data)} bytes, more than {MAX_LEASE_BYTES}")
+def decode_leases(data: bytes) -> list[Lease]:
+    """The leases of a holder's file; raises :class:`LeaseMalformed` for anything else."""
+    if len(data) > MAX_FILE_BYTES:
+        raise LeaseMalformed(f"lease file is {len(data)} bytes, more than {MAX_FILE_BYTES}")
     try:
         body = json.loads(data)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise LeaseMalformed(f"lease is not JSON: {exc}") from None
+        raise LeaseMalformed(f"lease file is not JSON: {exc}") from None
     if not isinstance(body, dict) or body.get("format") != FORMAT:
-        raise LeaseMalformed(f"lease is not a {FORMAT} object")
-    versions, expires_at = body.get("versions"), body.get("expires_at")
+        raise LeaseMalformed(f"lease file is not a {FORMAT} object")
+    entries = body.get("leases")
+    if not isinstance(entries, list) or len(entries) > MAX_LEASES:
+        raise LeaseMalformed(f"'leases' must be a list of at most {MAX_LEASES} leases")
+    return [_lease(entry) for entry in entries]
+
+
+def _lease(entry: object) -> Lease:
+    if not isinstance(entry, dict):
+        raise LeaseMalformed("a lease must be an object with versions and expires_at")
+    versions, expires_at = entry.get("versions"), entry.get("expires_at")
     if not isinstance(versions, dict) or not 0 < len(versions) <= MAX_DATASETS:
         raise LeaseMalformed(f"lease versions must be an object of 1..{MAX_DATASETS} datasets")
     for name, version in versions.items():
@@ -165,25 +187,37 @@ class VersionLeases:
         self._local = isinstance(self._fs, pafs.LocalFileSystem)
         self._dir = f"{root.rstrip('/')}/{LEASE_DIR}"
         self._clock = clock
-        self._holder = secrets.token_hex(8)
+        self._path = f"{self._dir}/{secrets.token_hex(8)}.json"
         self._lock = threading.Lock()
-        self._held: dict[str, float] = {}
+        self._held: dict[str, Lease] = {}
         self.writes = 0
         """Lease files written by this holder (instrumentation)."""
+
+    @property
+    def path(self) -> str:
+        """This holder's file (in the filesystem's terms: a local path, or bucket/key)."""
+        return self._path
 
     def hold(self, versions: Mapping[str, int], seconds: float) -> None:
         """Keep ``versions`` from compaction for at least ``seconds`` from now."""
         pinned = {name: v for name, v in sorted(versions.items()) if v >= 1}
         if not pinned:
             return
-        until = self._clock() + max(seconds, 0.0)
+        now = self._clock()
+        until = now + max(seconds, 0.0)
         digest = hashlib.sha256(json.dumps(pinned).encode()).hexdigest()[:32]
         with self._lock:
-            if self._held.get(digest, 0.0) >= until:
+            held = self._held.get(digest)
+            if held is not None and held.expires_at >= until:
                 return
-            lease = Lease(pinned, until + EXTEND_S)
-            self._write(f"{self._dir}/{digest}-{self._holder}.json", lease.encode())
-            self._held[digest] = lease.expires_at
+            live = {d: lease for d, lease in self._held.items() if lease.expires_at >= now}
+            live[digest] = Lease(pinned, until + EXTEND_S)
+            if len(live) > MAX_LEASES:
+                raise LeaseUnavailable(
+                    f"{len(live) - 1} leases are live in this process, the most it keeps"
+                )
+            self._write(self._path, encode_leases(live.values()))
+            self._held = live
             self.writes += 1
 
     def floor(self, *, now: float | None = None, remove_expired: bool = True) -> LeaseFloor:
@@ -195,21 +229,24 @@ class VersionLeases:
         malformed: list[str] = []
         for info in self._list():
             try:
-                lease = decode_lease(self._read(info.path))
+                leases = decode_leases(self._read(info.path))
             except LeaseMalformed as exc:
-                log.warning("version lease %s ignored: %s", info.path, exc)
+                log.warning("version leases %s ignored: %s", info.path, exc)
                 malformed.append(info.path)
                 continue
             except FileNotFoundError:  # deleted by another compaction meanwhile
                 continue
-            if lease.expires_at < now:
-                if remove_expired and lease.expires_at + GRACE_S < now:
+            current = [lease for lease in leases if lease.expires_at >= now]
+            if not current:
+                latest = max((lease.expires_at for lease in leases), default=0.0)
+                if remove_expired and latest + GRACE_S < now:
                     self._delete(info.path)
                     removed += 1
                 continue
-            live += 1
-            for name, version in lease.versions.items():
-                lowest[name] = min(version, lowest.get(name, version))
+            live += len(current)
+            for lease in current:
+                for name, version in lease.versions.items():
+                    lowest[name] = min(version, lowest.get(name, version))
         return LeaseFloor(lowest, live, removed, tuple(malformed))
 
     # --- I/O ------------------------------------------------------------------------------
@@ -238,7 +275,7 @@ class VersionLeases:
     def _read(self, path: str) -> bytes:
         try:
             with self._fs.open_input_stream(path) as stream:
-                return bytes(stream.read(MAX_LEASE_BYTES + 1))
+                return bytes(stream.read(MAX_FILE_BYTES + 1))
         except FileNotFoundError:
             raise
         except OSError as exc:
