@@ -311,6 +311,12 @@ def test_config_from_env_reads_the_documented_variables(tmp_path: Path) -> None:
     for bad in ("-1", "1e6", "²"):
         with pytest.raises(LambdaConfigError, match="BAML_LANCE_KEY_CACHE_KEYS"):
             config_from_env({**s3, "BAML_LANCE_KEY_CACHE_KEYS": bad})
+    assert (config.silence_limit_s, config.version_retention_s) == (3600.0, 7 * 86_400.0)
+    timed = config_from_env({**s3, "BAML_SILENCE_LIMIT": "30m", "BAML_VERSION_RETENTION": "2d"})
+    assert (timed.silence_limit_s, timed.version_retention_s) == (1800.0, 2 * 86_400.0)
+    for name in ("BAML_SILENCE_LIMIT", "BAML_VERSION_RETENTION"):
+        with pytest.raises(LambdaConfigError, match=name):
+            config_from_env({**s3, name: "soon"})
 
     (tmp_path / "dataplane.json").write_text(json.dumps({"bucket": "evidence-dir"}))
     local = config_from_env({**base, "BAML_DATAPLANE_DIR": str(tmp_path), "BAML_S3_BUCKET": "x"})

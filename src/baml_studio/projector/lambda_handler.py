@@ -69,6 +69,11 @@ clients opened then are kept for the life of the execution environment):
                                ``s3://<bucket>/derived/v1``, or ``DIR/derived/v1``)
 ``BAML_LANCE_KEY_CACHE_KEYS``  optional: keys of Lance fragments remembered, all scopes
                                together (default 1,000,000, about 150 MB; 0 scans every time)
+``BAML_SILENCE_LIMIT``         optional: how long a stream is silent before the maintenance's
+                               sweep closes its open executions (``1h`` default; ``30m``,
+                               ``2h``, ``3600``: units s, m, h, d, w)
+``BAML_VERSION_RETENTION``     optional: Lance versions kept by the maintenance's compaction
+                               (``7d`` default; the same units)
 =============================  =================================================================
 
 Credentials for S3, SQS and Lance come from the function's execution role (boto3's and
@@ -90,11 +95,17 @@ from typing import Any
 from baml_studio.gateway.config import Scope
 from baml_studio.gateway.service import DataplaneConfig, load_dataplane_config
 from baml_studio.objectstore.config import S3Config
-from baml_studio.projector.compact import parse_scope
+from baml_studio.projector.compact import parse_duration, parse_scope
 from baml_studio.projector.errors import ProjectorError
 from baml_studio.projector.lance_store import DEFAULT_KEY_CACHE_KEYS
 from baml_studio.projector.maintenance import TASKS, run_maintenance
-from baml_studio.projector.service import Projector, ProjectorConfig, open_projector
+from baml_studio.projector.service import (
+    DEFAULT_RETENTION_S,
+    DEFAULT_SILENCE_S,
+    Projector,
+    ProjectorConfig,
+    open_projector,
+)
 from baml_studio.projector.worker import ProjectorWorker
 from baml_studio.queue.config import SqsQueueConfig
 from baml_studio.queue.errors import QueueError
@@ -152,6 +163,8 @@ def config_from_env(environ: Mapping[str, str] | None = None) -> ProjectorConfig
             f"BAML_LANCE_KEY_CACHE_KEYS must be a whole number of keys, not {key_cache!r}"
         )
     keys = int(key_cache) if key_cache else DEFAULT_KEY_CACHE_KEYS
+    silence = _duration(env, "BAML_SILENCE_LIMIT", DEFAULT_SILENCE_S)
+    retention = _duration(env, "BAML_VERSION_RETENTION", DEFAULT_RETENTION_S)
     try:
         if env.get("BAML_DATAPLANE_DIR"):
             dataplane = load_dataplane_config(
@@ -178,7 +191,26 @@ def config_from_env(environ: Mapping[str, str] | None = None) -> ProjectorConfig
         raise
     except (ValueError, TypeError, KeyError, OSError) as exc:
         raise LambdaConfigError(f"data-plane configuration: {exc}") from exc
-    return ProjectorConfig(dataplane, url, token, derived_root=derived, lance_key_cache_keys=keys)
+    return ProjectorConfig(
+        dataplane,
+        url,
+        token,
+        derived_root=derived,
+        lance_key_cache_keys=keys,
+        silence_limit_s=silence,
+        version_retention_s=retention,
+    )
+
+
+def _duration(env: Mapping[str, str], name: str, default: float) -> float:
+    """Seconds of the duration in ``name`` (``30m``, ``7d``, …), or ``default`` if unset."""
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        return parse_duration(text).total_seconds()
+    except ValueError as exc:
+        raise LambdaConfigError(f"{name}: {exc}") from None
 
 
 class InvocationQueue:

@@ -38,6 +38,12 @@ from baml_studio.queue.sqs import SqsQueue
 DERIVED_PREFIX = "derived/v1"
 
 
+DEFAULT_SILENCE_S = 3600.0
+"""A stream silent this long has its open executions closed by the sweep."""
+DEFAULT_RETENTION_S = 7 * 24 * 3600.0
+"""Lance versions younger than this are kept by compaction."""
+
+
 @dataclass(frozen=True, slots=True)
 class ProjectorConfig:
     dataplane: DataplaneConfig
@@ -58,13 +64,13 @@ class ProjectorConfig:
     sweep_interval_s: float = 300.0
     """How often the service runs the sweep (0: never)."""
 
-    silence_limit_s: float = 3600.0
+    silence_limit_s: float = DEFAULT_SILENCE_S
     """A stream whose newest meta object is older than this is closed by the sweep."""
 
     compact_interval_s: float = 3600.0
     """How often the service runs index building and compaction (0: never)."""
 
-    version_retention_s: float = 7 * 24 * 3600.0
+    version_retention_s: float = DEFAULT_RETENTION_S
     """Lance versions newer than this survive compaction (queries bind recent versions)."""
 
     lance_key_cache_keys: int = DEFAULT_KEY_CACHE_KEYS

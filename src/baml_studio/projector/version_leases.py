@@ -160,7 +160,9 @@ def filesystem(
         raise ValueError(f"version leases support local and s3:// roots, not {root_uri!r}")
     options = dict(storage_options or {})
     endpoint = options.get("aws_endpoint")
-    kwargs: dict[str, Any] = {"region": options.get("aws_region", "us-east-1")}
+    kwargs: dict[str, Any] = {}
+    if options.get("aws_region"):  # else the SDK's own chain (AWS_REGION, the profile)
+        kwargs["region"] = options["aws_region"]
     if endpoint:
         scheme, _, host = endpoint.partition("://")
         kwargs["endpoint_override"] = host or scheme
