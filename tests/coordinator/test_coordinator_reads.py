@@ -352,3 +352,30 @@ def test_a_running_query_keeps_its_versions_through_a_compaction(
         assert long.budget.max_wall_ms == 120_000
         for _ in long.lines():
             pass
+
+
+def test_the_engine_gets_what_is_left_of_the_wall_budget(
+    probed: tuple[CoordinatorRig, ProbedStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wall budget runs from the bind (when the versions were leased for it), so the
+    engine is given what is left of it, not the whole budget again."""
+    import time
+
+    from coordinator_rig import BUDGET, identity, request
+
+    from baml_studio.coordinator import execute
+
+    rig, _ = probed
+    given: list[float] = []
+    real = execute.QueryEngine
+
+    def capturing(source: Any, budgets: Any, **kwargs: Any) -> Any:
+        given.append(budgets.max_wall_s)
+        return real(source, budgets, **kwargs)
+
+    monkeypatch.setattr(execute, "QueryEngine", capturing)
+    run = rig.coordinator.start(request("SELECT call_id, args FROM calls"), identity())
+    time.sleep(0.5)
+    lines = list(run.lines())
+    assert len(lines) > 1 and len(given) == 1
+    assert given[0] <= BUDGET.max_wall_ms / 1000 - 0.5

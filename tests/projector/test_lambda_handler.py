@@ -315,8 +315,9 @@ def test_config_from_env_reads_the_documented_variables(tmp_path: Path) -> None:
     timed = config_from_env({**s3, "BAML_SILENCE_LIMIT": "30m", "BAML_VERSION_RETENTION": "2d"})
     assert (timed.silence_limit_s, timed.version_retention_s) == (1800.0, 2 * 86_400.0)
     for name in ("BAML_SILENCE_LIMIT", "BAML_VERSION_RETENTION"):
-        with pytest.raises(LambdaConfigError, match=name):
-            config_from_env({**s3, name: "soon"})
+        for bad in ("soon", "0", "0h", "99999999999999w"):
+            with pytest.raises(LambdaConfigError, match=name):
+                config_from_env({**s3, name: bad})
 
     (tmp_path / "dataplane.json").write_text(json.dumps({"bucket": "evidence-dir"}))
     local = config_from_env({**base, "BAML_DATAPLANE_DIR": str(tmp_path), "BAML_S3_BUCKET": "x"})

@@ -24,11 +24,27 @@ from baml_studio.projector.lambda_handler import (
     MaintenanceEntryPoint,
     parse_maintenance_event,
 )
-from baml_studio.projector.maintenance import TASKS, MaintenanceIncomplete, run_maintenance
+from baml_studio.projector.maintenance import (
+    OUT_OF_TIME,
+    TASKS,
+    MaintenanceIncomplete,
+    run_maintenance,
+)
 from baml_studio.projector.service import Projector, open_projector
 from baml_studio.projector.worker import WorkerConfig
 
 __all__ = ["killed_store"]
+
+
+class Context:
+    """The part of the Lambda context the maintenance handler reads."""
+
+    def __init__(self, remaining_ms: int) -> None:
+        self.remaining_ms = remaining_ms
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.remaining_ms
+
 
 LABEL = f"{SCOPE.tenant}/{SCOPE.project}/{SCOPE.environment}"
 SCHEDULED = {  # what an EventBridge rule on a schedule delivers
@@ -115,6 +131,41 @@ def test_a_failing_scope_fails_the_invocation_after_the_others_ran(
             with pytest.raises(MaintenanceIncomplete, match=f"sweep {LABEL}") as raised:
                 handler(SCHEDULED, None)
             assert raised.value.transient
+        finally:
+            handler.close()
+
+
+def test_scopes_in_rotated_order_and_none_started_once_time_runs_out(
+    tmp_path: Path, chdb_dsn: str, fact_database: str, killed_store: Path
+) -> None:
+    with ingest_path(tmp_path, chdb_dsn, fact_database, killed_store):
+        config = projector_config(tmp_path, closed_port_url(), "token")
+        other = Scope("tn_other", "prj_other", "env_other")
+        projector = open_projector(config)
+        try:
+            rotated = run_maintenance(projector, ["sweep"], [SCOPE, other], rotate=1)
+            assert [r.scope for r in rotated.sweeps] == [SCOPE, other]  # sorted, then rotated
+            asked: list[int] = []
+
+            def after_one() -> bool:
+                asked.append(1)
+                return len(asked) > 1
+
+            cut = run_maintenance(projector, TASKS, [SCOPE, other], stop=after_one)
+            assert [r.scope for r in cut.sweeps] == [other]  # the first in order ran
+            assert cut.failures == [
+                ("sweep", LABEL, OUT_OF_TIME),
+                ("compact", "tn_other/prj_other/env_other", OUT_OF_TIME),
+                ("compact", LABEL, OUT_OF_TIME),
+            ]
+            assert cut.compaction is not None and cut.compaction.scopes == ()
+        finally:
+            projector.close()
+
+        handler = MaintenanceEntryPoint(lambda: open_projector(config), rotate=lambda: 0)
+        try:
+            with pytest.raises(MaintenanceIncomplete, match="time ran out"):
+                handler({"scopes": [LABEL]}, Context(remaining_ms=1_000))  # under the reserve
         finally:
             handler.close()
 

@@ -29,12 +29,15 @@ from baml_studio.projector.version_leases import (
     GRACE_S,
     LEASE_DIR,
     MAX_FILE_BYTES,
+    MIN_SPARE_S,
+    SKEW_S,
     Lease,
     LeaseMalformed,
     LeaseUnavailable,
     VersionLeases,
     decode_leases,
     encode_leases,
+    removable,
 )
 
 
@@ -155,7 +158,7 @@ def test_leases_are_shared_extended_and_expire(tmp_path: Path) -> None:
     (only,) = stored(lease_files(tmp_path)[0]).values()
     assert only == ({"calls_v1": 4, "projected_v1": 7}, clock.now + 30 + EXTEND_S)  # 0: none
 
-    clock.now += 80  # inside the spare time: no rewrite
+    clock.now += 70  # inside the spare time, with MIN_SPARE_S to spare: no rewrite
     mine.hold({"calls_v1": 4, "projected_v1": 7}, 5)
     assert mine.writes == 1
     mine.hold({"calls_v1": 4, "projected_v1": 7}, 600)  # a longer query extends it
@@ -169,18 +172,38 @@ def test_leases_are_shared_extended_and_expire(tmp_path: Path) -> None:
     assert floor.versions == {"calls_v1": 2, "projected_v1": 7} and floor.live == 3
 
     clock.now += 10 + EXTEND_S + 1  # theirs expired, and mine's newer entry; the first lives
-    assert mine.floor().versions == {"calls_v1": 4, "projected_v1": 7}
+    skewed = mine.floor()  # expired less than SKEW_S ago: still counted (the clocks may differ)
+    assert skewed.versions == {"calls_v1": 2, "projected_v1": 7} and skewed.live == 3
+    assert mine.floor(now=clock.now + SKEW_S).versions == {"calls_v1": 4, "projected_v1": 7}
     mine.hold({"calls_v1": 6, "projected_v1": 9}, 10)  # a write drops the expired entry
     entries = [versions for versions, _ in stored(Path(mine.path)).values()]
     assert entries == [{"calls_v1": 4, "projected_v1": 7}, {"calls_v1": 6, "projected_v1": 9}]
-    assert len(lease_files(tmp_path)) == 2  # theirs: expired, but within the grace period
-    clock.now += GRACE_S
+
+    clock.now += SKEW_S + GRACE_S  # theirs stopped counting GRACE_S ago: deleted
     floor = mine.floor()
     assert floor.expired_removed == 1 and len(lease_files(tmp_path)) == 1
-    clock.now += 600 + EXTEND_S
+    assert floor.versions == {"calls_v1": 4, "projected_v1": 7}  # mine: expired < SKEW_S ago
+    first = mine.path
+    mine.hold({"calls_v1": 7}, 10)  # every entry of mine expired: a new file, never the old
+    assert mine.path != first and len(lease_files(tmp_path)) == 2
+    assert [v for v, _ in stored(Path(mine.path)).values()] == [{"calls_v1": 7}]
+
+    clock.now += 10 + EXTEND_S + 1 + SKEW_S + GRACE_S
     kept = mine.floor(remove_expired=False)
-    assert kept.versions == {} and kept.live == 0 and len(lease_files(tmp_path)) == 1
-    assert mine.floor().expired_removed == 1 and lease_files(tmp_path) == []
+    assert kept.versions == {} and kept.live == 0 and len(lease_files(tmp_path)) == 2
+    assert mine.floor().expired_removed == 2 and lease_files(tmp_path) == []
+
+
+def test_a_query_sharing_a_lease_gets_at_least_the_minimum_spare(tmp_path: Path) -> None:
+    clock = Clock()
+    leases = VersionLeases(str(tmp_path), clock=clock)
+    leases.hold({"calls_v1": 1}, 100)  # expires at +160
+    leases.hold({"calls_v1": 1}, 160 - MIN_SPARE_S)  # exactly the minimum spare: shared
+    assert leases.writes == 1
+    leases.hold({"calls_v1": 1}, 160 - MIN_SPARE_S + 1)  # less: extended
+    assert leases.writes == 2
+    ((_, expires),) = stored(Path(leases.path)).values()
+    assert expires == clock.now + 160 - MIN_SPARE_S + 1 + EXTEND_S
 
 
 def test_a_malformed_lease_is_reported_and_protects_nothing(tmp_path: Path) -> None:
@@ -260,7 +283,7 @@ def test_compaction_keeps_the_versions_a_live_lease_names(tmp_path: Path) -> Non
         store.open_dataset(VALUES, version=versions[0])  # older than the lease: removed
     assert report.leases_live == 1
 
-    ahead.now = 3600 + EXTEND_S + 1  # the query is over and its lease expired
+    ahead.now = 3600 + EXTEND_S + SKEW_S + 1  # the query is over and its lease expired
     report = store.compact(timedelta(0), superseded_grace=timedelta(0))
     assert next(d for d in report.datasets if d.name == VALUES).kept_from_version is None
     with pytest.raises(PrivateStoreError, match="no version"):
@@ -312,3 +335,39 @@ def test_leases_and_compaction_on_s3(ministack_endpoint: str) -> None:
     with pytest.raises(PrivateStoreError, match="no version"):
         store.open_dataset(VALUES, version=versions[1])
     assert lance.dataset(store.uri(VALUES), storage_options=options).count_rows() == 40
+
+
+def test_removable_decides_by_version_number() -> None:
+    stamps = {1: 100.0, 2: 200.0, 3: 300.0, 4: 400.0, 5: 500.0}
+    # the retention alone: everything before the cut, never the newest
+    assert removable(stamps, before=1e9, leased=None, settled=1e9) == [1, 2, 3, 4]
+    assert removable(stamps, before=250.0, leased=None, settled=1e9) == [1, 2]
+    # a leased version keeps itself and every later one, even once it is gone itself
+    assert removable(stamps, before=1e9, leased=3, settled=1e9) == [1, 2]
+    assert removable({1: 100.0, 4: 400.0, 5: 500.0}, before=1e9, leased=3, settled=1e9) == [1]
+    # the superseded grace: the version newest at ``settled`` and the later ones stay
+    assert removable(stamps, before=1e9, leased=None, settled=350.0) == [1, 2]
+    assert removable(stamps, before=1e9, leased=None, settled=50.0) == []
+    assert removable(stamps, before=1e9, leased=2, settled=350.0) == [1]
+    assert removable({}, before=1e9, leased=1, settled=1e9) == []
+
+
+def test_a_slow_cleanup_cannot_take_the_leased_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The versions to remove are named: a delay before Lance applies them (a busy process)
+    cannot move a time cut-off past the leased version."""
+    store = PrivateStore(str(tmp_path))
+    versions = four_versions(store)
+    store.leases.hold({VALUES: versions[1]}, 3600)
+    real = lance.LanceDataset.cleanup_old_versions
+
+    def slow(ds: Any, *args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.3)
+        return real(ds, *args, **kwargs)
+
+    monkeypatch.setattr(lance.LanceDataset, "cleanup_old_versions", slow)
+    store.compact(timedelta(0), superseded_grace=timedelta(0))
+    assert rows_at(store, versions[1]) == 20
+    with pytest.raises(PrivateStoreError, match="no version"):
+        store.open_dataset(VALUES, version=versions[0])

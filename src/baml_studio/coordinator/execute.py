@@ -225,8 +225,11 @@ class Run:
             stats=self.stats,
             shared=self._c.shared,
         )
+        # what is left of the wall budget since the snapshot was bound (and its versions
+        # leased for the budget): the engine stops reading Lance before the lease ends
+        left_s = budget.max_wall_ms / 1000 - (time.monotonic() - self._started)
         budgets = QueryBudgets(
-            max_wall_s=budget.max_wall_ms / 1000, max_result_rows=budget.max_result_rows
+            max_wall_s=max(left_s, 0.001), max_result_rows=budget.max_result_rows
         )
         self._phase, self._fraction = "private", 0.3
         result = QueryEngine(source, budgets, decoded=self._c.shared.decoded).execute(self._sql)

@@ -96,7 +96,10 @@ def parse_duration(text: str) -> timedelta:
         raise ValueError(
             f"duration {text!r} is not <number><unit>; units s, m, h, d, w (e.g. 7d, 12h, 3600)"
         )
-    return timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
+    try:
+        return timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
+    except OverflowError:
+        raise ValueError(f"duration {text!r} is too long") from None
 
 
 def parse_scope(text: str) -> Scope:

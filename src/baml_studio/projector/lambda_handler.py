@@ -17,7 +17,9 @@ environment: a scheduled event sweeps and compacts every scope with evidence in 
 a rule's input ``{"tasks": ["sweep"|"compact", …], "scopes": ["tenant/project/environment",
 …]}`` chooses (:func:`parse_maintenance_event`). A scope that fails is named in
 :class:`~.maintenance.MaintenanceIncomplete`, raised after every other scope ran (the error
-metric and the rule's retry see it). Compaction commits beside the projector's appends, which
+metric and the rule's retry see it); no scope is started with less than
+:data:`MAINTENANCE_RESERVE_MS` of the invocation left, and each run starts at a random scope.
+Compaction commits beside the projector's appends, which
 Lance reconciles (a conflict fails that scope's compaction until the next run); give this
 function a reserved concurrency of 1 too, so runs of the schedule do not overlap.
 
@@ -85,6 +87,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import reprlib
 import threading
 from collections import Counter
@@ -115,6 +118,11 @@ log = logging.getLogger(__name__)
 
 RESERVE_MS = 10_000
 """Records are not started with less than this much invocation time left."""
+
+MAINTENANCE_RESERVE_MS = 120_000
+"""The maintenance starts no scope's sweep or compaction with less than this much invocation
+time left (the ones not started are named in ``MaintenanceIncomplete``; each invocation
+starts at a random scope, so a cut-short run does not leave the same ones behind)."""
 
 LAMBDA_DATA_DIR = Path("/tmp/baml-dataplane")
 """``DataplaneConfig.data_dir`` in S3 mode (nothing is written there)."""
@@ -203,14 +211,18 @@ def config_from_env(environ: Mapping[str, str] | None = None) -> ProjectorConfig
 
 
 def _duration(env: Mapping[str, str], name: str, default: float) -> float:
-    """Seconds of the duration in ``name`` (``30m``, ``7d``, …), or ``default`` if unset."""
+    """Seconds of the duration in ``name`` (``30m``, ``7d``, …; more than 0), or ``default``
+    if unset."""
     text = env.get(name, "").strip()
     if not text:
         return default
     try:
-        return parse_duration(text).total_seconds()
+        seconds = parse_duration(text).total_seconds()
     except ValueError as exc:
         raise LambdaConfigError(f"{name}: {exc}") from None
+    if seconds <= 0:
+        raise LambdaConfigError(f"{name} must be longer than 0, not {text!r}")
+    return seconds
 
 
 class InvocationQueue:
@@ -383,17 +395,32 @@ class MaintenanceEntryPoint:
     """The scheduled maintenance handler: opens its :class:`Projector` on the first
     invocation, then runs :func:`~.maintenance.run_maintenance` for each event."""
 
-    def __init__(self, open_projector_: Callable[[], Projector]) -> None:
+    def __init__(
+        self,
+        open_projector_: Callable[[], Projector],
+        *,
+        reserve_ms: int = MAINTENANCE_RESERVE_MS,
+        rotate: Callable[[], int] = lambda: random.randrange(1 << 30),
+    ) -> None:
         self._open = open_projector_
+        self._reserve_ms = reserve_ms
+        self._rotate = rotate
         self._lock = threading.Lock()
         self._projector: Projector | None = None
 
     def __call__(self, event: Any, context: Any) -> dict[str, Any]:
         tasks, scopes = parse_maintenance_event(event)
+        remaining = getattr(context, "get_remaining_time_in_millis", None)
+
+        def stop() -> bool:  # no scope is started with less than the reserve left
+            return callable(remaining) and remaining() < self._reserve_ms
+
         with self._lock:  # one maintenance at a time per execution environment
             if self._projector is None:
                 self._projector = self._open()
-            report = run_maintenance(self._projector, tasks, scopes)
+            report = run_maintenance(
+                self._projector, tasks, scopes, stop=stop, rotate=self._rotate()
+            )
         body = report.as_dict()
         log.info("maintenance %s: %s", ",".join(tasks), json.dumps(body, default=str))
         report.raise_for_failures()

@@ -83,7 +83,7 @@ from baml_studio.projector.value_paths import (
     leaf_rows,
     paths_table,
 )
-from baml_studio.projector.version_leases import VersionLeases, newest_at, version_stamps
+from baml_studio.projector.version_leases import VersionLeases, removable, version_stamps
 
 VALUES = "values_v1"
 VALUE_PATHS = "value_paths_v1"
@@ -126,9 +126,6 @@ DEFAULT_BACKOFF_S = 0.05
 SUPERSEDED_GRACE = timedelta(minutes=10)
 """Compaction keeps a version this long after a newer one was committed (the time a query
 that bound it as the newest has to write its lease)."""
-KEEP_MARGIN_S = 0.005
-"""Versions committed up to this long before a kept one are kept too (the cut-off is computed
-a moment before Lance applies it, at its entry)."""
 MAX_BACKOFF_S = 2.0
 
 
@@ -182,7 +179,7 @@ class DatasetCompaction:
     versions_removed: int
     bytes_removed: int
     kept_from_version: int | None = None
-    """The oldest version a live lease named: it and every later version were kept."""
+    """The lowest version a live lease named: it and every later version were kept."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -490,31 +487,31 @@ class PrivateStore:
                 f"retention and grace must not be negative, got {retention}, {superseded_grace}"
             )
         now = now or self._clock()
-        skew = datetime.now(UTC) - now  # Lance stamps versions with the real clock
         try:
             floor = self.leases.floor(now=now.timestamp())
         except ProjectorError as exc:
             raise PrivateStoreUnavailable(f"cannot read the version leases: {exc}") from exc
+        # Lance stamps versions with the real clock; the cut-offs are in the store's clock
+        before = (now - retention).timestamp()
+        settled = (now - superseded_grace).timestamp()
         reports = []
         for name in DATASETS:
             with self._writer(name):
                 ds = self._open(name)
                 if ds is not None:
                     keep = floor.versions.get(name)
-                    settled = (now - superseded_grace).timestamp()
-                    reports.append(self._compact_one(name, ds, retention, skew, keep, settled))
+                    reports.append(self._compact_one(name, ds, before, keep, settled))
         return CompactReport(tuple(reports), floor.live, floor.malformed)
 
     def _compact_one(
         self,
         name: str,
         ds: lance.LanceDataset,
-        retention: timedelta,
-        skew: timedelta,
+        before: float,
         keep: int | None,
         settled: float,
     ) -> DatasetCompaction:
-        before = ds.version
+        before_version = ds.version
         try:
             metrics = ds.optimize.compact_files()
             ds = self._require(name)
@@ -528,27 +525,28 @@ class PrivateStore:
             if existing:
                 ds.optimize.optimize_indices(index_names=sorted(existing))
             ds = self._require(name)
-            older_than = max(retention + skew, timedelta(0))
-            stamps = version_stamps(ds.versions())
-            leased = stamps.get(keep) if keep is not None else None
-            # keep the leased version, the one that was newest at ``settled``, and all later
-            for since in (leased, newest_at(stamps, settled)):
-                if since is not None:
-                    kept = timedelta(seconds=time.time() - since + KEEP_MARGIN_S)
-                    older_than = max(older_than, kept)
-            stats = ds.cleanup_old_versions(older_than=older_than)
+            doomed = removable(
+                version_stamps(ds.versions()),
+                before=before,
+                leased=keep,
+                settled=settled,
+            )
+            removed, freed = 0, 0
+            if doomed:  # named, not by age: a leased version cannot slip under a cut-off
+                stats = ds.cleanup_old_versions(versions=doomed)
+                removed, freed = stats.old_versions, stats.bytes_removed
         except OSError as exc:  # CommitConflictError included: compaction is rescheduled
             raise LanceCommitFailed(f"compaction of {self.uri(name)} failed: {exc}") from exc
         return DatasetCompaction(
             name,
-            before,
+            before_version,
             ds.version,
             metrics.fragments_removed,
             metrics.fragments_added,
             tuple(created),
-            stats.old_versions,
-            stats.bytes_removed,
-            keep if leased is not None else None,
+            removed,
+            freed,
+            keep,
         )
 
     # --- Lance plumbing -------------------------------------------------------------------

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from baml_studio.gateway.config import Scope
-from baml_studio.projector.compact import CompactionReport, compact
+from baml_studio.projector.compact import CompactionReport, ScopeCompaction, compact
 from baml_studio.projector.compact import discover_scopes as discover_lance_scopes
 from baml_studio.projector.errors import ProjectorError
 from baml_studio.projector.service import Projector
@@ -66,19 +66,40 @@ def label(scope: Scope) -> str:
     return f"{scope.tenant}/{scope.project}/{scope.environment}"
 
 
+OUT_OF_TIME = "not reached: the invocation's time ran out"
+
+Stop = Callable[[], bool]
+"""Asked before each scope: True when no scope should be started any more (a time limit)."""
+
+
+def _ordered(scopes: Iterable[Scope], rotate: int) -> list[Scope]:
+    """``scopes`` sorted, then rotated by ``rotate`` (so a run cut short by a time limit does
+    not leave the same scopes behind every time)."""
+    ordered = sorted(set(scopes))
+    if not ordered:
+        return ordered
+    k = rotate % len(ordered)
+    return ordered[k:] + ordered[:k]
+
+
 def sweep_scopes(
     projector: Projector,
     scopes: Iterable[Scope] | None = None,
     *,
     now: float | None = None,
     report: MaintenanceReport | None = None,
+    stop: Stop | None = None,
+    rotate: int = 0,
 ) -> MaintenanceReport:
     """Sweep ``scopes`` (default: every scope with evidence in the bucket)."""
     report = report if report is not None else MaintenanceReport()
     config = projector.config
     moment = time.time() if now is None else now
-    targets = discover_scopes(projector.store) if scopes is None else sorted(set(scopes))
-    for scope in targets:
+    found = discover_scopes(projector.store) if scopes is None else scopes
+    for scope in _ordered(found, rotate):
+        if stop is not None and stop():
+            report.failures.append(("sweep", label(scope), OUT_OF_TIME))
+            continue
         try:
             result = sweep(
                 projector.store,
@@ -106,6 +127,8 @@ def compact_scopes(
     scopes: Iterable[Scope] | None = None,
     *,
     report: MaintenanceReport | None = None,
+    stop: Stop | None = None,
+    rotate: int = 0,
 ) -> MaintenanceReport:
     """Compact ``scopes`` (default: every scope with evidence in the bucket, plus those
     ``compact.discover_scopes`` finds) with the configured version retention."""
@@ -113,7 +136,13 @@ def compact_scopes(
     retention = timedelta(seconds=projector.config.version_retention_s)
     if scopes is None:
         scopes = {*discover_scopes(projector.store), *discover_lance_scopes(projector)}
-    report.compaction = compact(projector, scopes, retention)
+    results: list[ScopeCompaction] = []
+    for scope in _ordered(scopes, rotate):
+        if stop is not None and stop():
+            report.failures.append(("compact", label(scope), OUT_OF_TIME))
+            continue
+        results += compact(projector, [scope], retention).scopes
+    report.compaction = CompactionReport(tuple(results))
     report.failures += [
         ("compact", label(s.scope), s.error or "") for s in report.compaction.failed
     ]
@@ -126,8 +155,12 @@ def run_maintenance(
     scopes: Iterable[Scope] | None = None,
     *,
     now: float | None = None,
+    stop: Stop | None = None,
+    rotate: int = 0,
 ) -> MaintenanceReport:
-    """The ``tasks`` (:data:`TASKS`, in that order) over ``scopes`` (default: discovered)."""
+    """The ``tasks`` (:data:`TASKS`, in that order) over ``scopes`` (default: discovered),
+    each in sorted order rotated by ``rotate``; once ``stop()`` is true the scopes not started
+    are reported as failed (:data:`OUT_OF_TIME`)."""
     chosen = set(tasks)
     unknown = chosen - set(TASKS)
     if unknown:
@@ -135,7 +168,7 @@ def run_maintenance(
     wanted = None if scopes is None else sorted(set(scopes))
     report = MaintenanceReport()
     if "sweep" in chosen:
-        sweep_scopes(projector, wanted, now=now, report=report)
+        sweep_scopes(projector, wanted, now=now, report=report, stop=stop, rotate=rotate)
     if "compact" in chosen:
-        compact_scopes(projector, wanted, report=report)
+        compact_scopes(projector, wanted, report=report, stop=stop, rotate=rotate)
     return report

@@ -28,14 +28,18 @@ they expire. A local file is written to a temporary name and renamed (readers ne
 file); an object-store ``PUT`` is atomic.
 
 Compaction reads the leases with :meth:`VersionLeases.floor`: the lowest version each dataset's
-live leases name. It then keeps every version committed at or after that version's timestamp
-(:func:`version_stamps`). A query reads the newest versions and then writes its lease; so that
-compaction cannot slip between the two, a version is also kept for a grace period after it
-stopped being the newest (:func:`newest_at`, ``PrivateStore.compact``'s
-``superseded_grace``). A file whose every entry has been expired for :data:`GRACE_S` (its
-process ended) is deleted. A file that cannot be decoded (:func:`decode_leases` raises
-:class:`LeaseMalformed`) protects nothing, is reported and counted, and is left in place for
-an operator; the others still count.
+live leases name. It then keeps that version and every later one, by number
+(:func:`removable`: the versions to remove are named to Lance, not found by a time cut-off, so
+no clock race can take a leased one, and a leased version already gone still protects the
+later ones). A query reads the newest versions and then
+writes its lease; so that compaction cannot slip between the two, a version is also kept for a
+grace period after it stopped being the newest (``PrivateStore.compact``'s
+``superseded_grace``). Compaction counts a lease live until :data:`SKEW_S` past its expiry
+(the hosts' clocks may disagree); a file whose every entry stopped counting :data:`GRACE_S`
+ago (its process ended) is deleted, and a holder whose entries have all expired writes its
+next lease to a new file, so a deletion never takes a live lease. A file that cannot be
+decoded (:func:`decode_leases` raises :class:`LeaseMalformed`) protects nothing, is reported
+and counted, and is left in place for an operator; the others still count.
 
 Errors: :class:`LeaseMalformed` (a lease body, terminal for that file) and
 :class:`LeaseUnavailable` (the lease could not be written or listed; transient): a query whose
@@ -66,8 +70,14 @@ FORMAT = "baml-studio.version-leases/1"
 LEASE_DIR = "_leases"
 EXTEND_S = 60.0
 """A written lease lasts this much longer than the query that wrote it needed."""
+MIN_SPARE_S = 15.0
+"""A query sharing an entry gets at least this much beyond its own wall budget (else the
+entry is extended)."""
+SKEW_S = 300.0
+"""Compaction counts a lease live until this long after its ``expires_at``: the coordinator's
+and the compacting host's clocks may disagree by up to this much."""
 GRACE_S = 300.0
-"""An expired lease is deleted by compaction this long after it expired (clock skew)."""
+"""A file whose entries all stopped counting is deleted this long after."""
 MAX_FILE_BYTES = 4 << 20
 MAX_LEASES = 4096
 """Live entries one holder may keep (a query over yet another set of versions past this is
@@ -189,11 +199,14 @@ class VersionLeases:
         self._local = isinstance(self._fs, pafs.LocalFileSystem)
         self._dir = f"{root.rstrip('/')}/{LEASE_DIR}"
         self._clock = clock
-        self._path = f"{self._dir}/{secrets.token_hex(8)}.json"
+        self._path = self._new_path()
         self._lock = threading.Lock()
         self._held: dict[str, Lease] = {}
         self.writes = 0
         """Lease files written by this holder (instrumentation)."""
+
+    def _new_path(self) -> str:
+        return f"{self._dir}/{secrets.token_hex(8)}.json"
 
     @property
     def path(self) -> str:
@@ -210,9 +223,13 @@ class VersionLeases:
         digest = hashlib.sha256(json.dumps(pinned).encode()).hexdigest()[:32]
         with self._lock:
             held = self._held.get(digest)
-            if held is not None and held.expires_at >= until:
+            if held is not None and held.expires_at >= until + MIN_SPARE_S:
                 return
             live = {d: lease for d, lease in self._held.items() if lease.expires_at >= now}
+            if not live:
+                # a file whose entries all expired may be deleted by a compaction at any
+                # moment (after SKEW_S + GRACE_S): never write a live lease into it again
+                self._path = self._new_path()
             live[digest] = Lease(pinned, until + EXTEND_S)
             if len(live) > MAX_LEASES:
                 raise LeaseUnavailable(
@@ -238,10 +255,10 @@ class VersionLeases:
                 continue
             except FileNotFoundError:  # deleted by another compaction meanwhile
                 continue
-            current = [lease for lease in leases if lease.expires_at >= now]
+            current = [lease for lease in leases if lease.expires_at + SKEW_S >= now]
             if not current:
                 latest = max((lease.expires_at for lease in leases), default=0.0)
-                if remove_expired and latest + GRACE_S < now:
+                if remove_expired and latest + SKEW_S + GRACE_S < now:
                     self._delete(info.path)
                     removed += 1
                 continue
@@ -260,6 +277,8 @@ class VersionLeases:
                 staging = f"{self._dir}/.{secrets.token_hex(8)}.tmp"
                 with open(staging, "wb") as handle:
                     handle.write(data)
+                    handle.flush()
+                    os.fsync(handle.fileno())
                 os.replace(staging, path)
             else:
                 with self._fs.open_output_stream(path) as out:
@@ -302,10 +321,19 @@ def version_stamps(versions: Iterable[Mapping[str, Any]]) -> dict[int, float]:
     }
 
 
-def newest_at(stamps: Mapping[int, float], when: float) -> float | None:
-    """Commit time of the version that was the newest at ``when`` (the oldest version's if
-    none was committed by then; None if there are none)."""
+def removable(
+    stamps: Mapping[int, float], *, before: float, leased: int | None, settled: float
+) -> list[int]:
+    """The versions compaction may remove, of ``stamps`` (:func:`version_stamps`): committed
+    before ``before`` (the retention's cut-off), older than ``leased`` (the lowest version a
+    live lease names) and older than the version that was the newest at ``settled`` (the
+    superseded grace); never the newest. Decided by version number, so a version that is kept
+    keeps every later one."""
     if not stamps:
-        return None
-    committed = [v for v, t in stamps.items() if t <= when]
-    return stamps[max(committed)] if committed else min(stamps.values())
+        return []
+    committed = [v for v, t in stamps.items() if t <= settled]
+    floor = max(committed) if committed else min(stamps)
+    if leased is not None:
+        floor = min(floor, leased)
+    newest = max(stamps)
+    return sorted(v for v, t in stamps.items() if t < before and v < floor and v != newest)
