@@ -6,6 +6,7 @@ the others ran."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -123,36 +124,26 @@ def test_a_failing_scope_fails_the_invocation_after_the_others_ran(
             assert compacted[SCOPE].error is None
             with pytest.raises(ValueError, match="unknown maintenance tasks"):
                 run_maintenance(projector, ["vacuum"])
-        finally:
-            projector.close()
 
-        handler = MaintenanceEntryPoint(lambda: open_projector(config))
-        try:
-            with pytest.raises(MaintenanceIncomplete, match=f"sweep {LABEL}") as raised:
-                handler(SCHEDULED, None)
-            assert raised.value.transient
-        finally:
-            handler.close()
+            def after_one() -> Callable[[], bool]:
+                """A time limit reached once the first scope has started."""
+                asked: list[int] = []
 
+                def stop() -> bool:
+                    asked.append(1)
+                    return len(asked) > 1
 
-def test_scopes_in_rotated_order_and_none_started_once_time_runs_out(
-    tmp_path: Path, chdb_dsn: str, fact_database: str, killed_store: Path
-) -> None:
-    with ingest_path(tmp_path, chdb_dsn, fact_database, killed_store):
-        config = projector_config(tmp_path, closed_port_url(), "token")
-        other = Scope("tn_other", "prj_other", "env_other")
-        projector = open_projector(config)
-        try:
-            rotated = run_maintenance(projector, ["sweep"], [SCOPE, other], rotate=1)
-            assert [r.scope for r in rotated.sweeps] == [SCOPE, other]  # sorted, then rotated
-            asked: list[int] = []
+                return stop
 
-            def after_one() -> bool:
-                asked.append(1)
-                return len(asked) > 1
-
-            cut = run_maintenance(projector, TASKS, [SCOPE, other], stop=after_one)
-            assert [r.scope for r in cut.sweeps] == [other]  # the first in order ran
+            rotated = run_maintenance(
+                projector, ["sweep"], [SCOPE, other], rotate=1, stop=after_one()
+            )
+            assert [(s, e == OUT_OF_TIME) for _, s, e in rotated.failures] == [
+                (LABEL, False),  # rotated by one: SCOPE first (its sweep failed)
+                ("tn_other/prj_other/env_other", True),
+            ]
+            cut = run_maintenance(projector, TASKS, [SCOPE, other], stop=after_one())
+            assert [r.scope for r in cut.sweeps] == [other]  # the first in sorted order ran
             assert cut.failures == [
                 ("sweep", LABEL, OUT_OF_TIME),
                 ("compact", "tn_other/prj_other/env_other", OUT_OF_TIME),
@@ -162,8 +153,11 @@ def test_scopes_in_rotated_order_and_none_started_once_time_runs_out(
         finally:
             projector.close()
 
-        handler = MaintenanceEntryPoint(lambda: open_projector(config), rotate=lambda: 0)
+        handler = MaintenanceEntryPoint(lambda: open_projector(config))
         try:
+            with pytest.raises(MaintenanceIncomplete, match=f"sweep {LABEL}") as raised:
+                handler(SCHEDULED, None)
+            assert raised.value.transient
             with pytest.raises(MaintenanceIncomplete, match="time ran out"):
                 handler({"scopes": [LABEL]}, Context(remaining_ms=1_000))  # under the reserve
         finally:
