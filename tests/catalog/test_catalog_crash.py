@@ -2,49 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 from catalog_helpers import data_rows, plain
 
 from baml_studio.catalog import LocalStoreSource
-
-CHILD = textwrap.dedent(
-    """
-    import sys, threading, time
-    from pathlib import Path
-    from baml_studio.profiler import Profiler, ProfilerConfig, baml_function
-
-    @baml_function(name="crash.Llm", llm=True)
-    def llm(doc: str) -> str:
-        return doc.upper()
-
-    @baml_function(name="crash.Done")
-    def done(i: int) -> str:
-        return llm(f"document {i}")
-
-    @baml_function(name="crash.Stuck")
-    def stuck(started: threading.Event) -> None:
-        llm("before")
-        started.set()
-        threading.Event().wait()
-
-    prof = Profiler(ProfilerConfig(store_root=Path(sys.argv[1]), publish_interval_s=0.0,
-                                   wake_interval_s=0.001)).activate()
-    for i in range(3):
-        done(i)
-    started = threading.Event()
-    threading.Thread(target=stuck, args=(started,), daemon=True).start()
-    started.wait(30)
-    prof.flush()
-    print("ready", flush=True)
-    time.sleep(120)
-    """
-)
+from stuck_profiler import stuck_profiler
 
 
 def roots(source: LocalStoreSource) -> dict[str, dict[str, object]]:
@@ -58,23 +21,11 @@ def roots(source: LocalStoreSource) -> dict[str, dict[str, object]]:
 
 def test_sigkill_leaves_open_executions_abandoned(tmp_path: Path) -> None:
     root = tmp_path / ".baml" / "profiles-v1"
-    script = tmp_path / "child.py"
-    script.write_text(CHILD)
-    child = subprocess.Popen(
-        [sys.executable, str(script), str(root)], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == "ready", "child exited early"
+    with stuck_profiler(root, "crash") as child:
         live = LocalStoreSource(root)
         (process,) = plain(live.tables(["processes_v1"], None)["processes_v1"])
         assert process["alive"] is True and process["os_pid"] == child.pid
         before = roots(live)
-        os.kill(child.pid, signal.SIGKILL)
-    finally:
-        child.kill()
-        child.wait(30)
-    assert child.returncode == -signal.SIGKILL
     stuck = [r for key, r in before.items() if key.startswith("crash.Stuck")]
     assert [(r["status"], r["index_state"]) for r in stuck] == [("running", "no_root_ended")]
     dead = LocalStoreSource(root)
