@@ -306,24 +306,48 @@ def process_event(
     return {"batchItemFailures": failures}
 
 
-class LambdaEntryPoint:
+class _KeptProjector:
+    """The :class:`Projector` an execution environment opens with ``open_projector_`` on its
+    first invocation and keeps for the later ones."""
+
+    def __init__(self, open_projector_: Callable[[], Projector]) -> None:
+        self._open = open_projector_
+        self._lock = threading.Lock()
+        self._projector: Projector | None = None
+
+    def _opened(self) -> Projector:
+        """The kept projector, opened now if need be (the caller holds ``_lock``)."""
+        if self._projector is None:
+            self._projector = self._open()
+        return self._projector
+
+    def _forget(self) -> None:
+        """Drop what was built over the projector (``close`` holds ``_lock``)."""
+
+    def close(self) -> None:
+        """Close the projector if one was opened (tests; Lambda just freezes the process)."""
+        with self._lock:
+            if self._projector is not None:
+                self._projector.close()
+            self._projector = None
+            self._forget()
+
+
+class LambdaEntryPoint(_KeptProjector):
     """A Lambda handler that opens its :class:`Projector` with ``open_projector_`` on the first
     invocation and keeps it (and its worker) for the later ones of the execution environment."""
 
     def __init__(
         self, open_projector_: Callable[[], Projector], *, reserve_ms: int = RESERVE_MS
     ) -> None:
-        self._open = open_projector_
+        super().__init__(open_projector_)
         self._reserve_ms = reserve_ms
-        self._lock = threading.Lock()
-        self._projector: Projector | None = None
         self._worker: ProjectorWorker | None = None
 
     def __call__(self, event: Any, context: Any) -> BatchResponse:
         with self._lock:
             if self._worker is None:
-                self._projector = self._open()
-                self._worker = lambda_worker(self._projector)
+                self._worker = lambda_worker(self._opened())
             worker = self._worker
         remaining = getattr(context, "get_remaining_time_in_millis", None)
         return process_event(
@@ -333,12 +357,8 @@ class LambdaEntryPoint:
             reserve_ms=self._reserve_ms,
         )
 
-    def close(self) -> None:
-        """Close the projector if one was opened (tests; Lambda just freezes the process)."""
-        with self._lock:
-            if self._projector is not None:
-                self._projector.close()
-            self._projector = self._worker = None
+    def _forget(self) -> None:
+        self._worker = None
 
 
 def open_from_env() -> Projector:
@@ -391,7 +411,7 @@ def parse_maintenance_event(event: Any) -> tuple[tuple[str, ...], tuple[Scope, .
         raise LambdaEventInvalid(f"maintenance 'scopes': {exc}") from None
 
 
-class MaintenanceEntryPoint:
+class MaintenanceEntryPoint(_KeptProjector):
     """The scheduled maintenance handler: opens its :class:`Projector` on the first
     invocation, then runs :func:`~.maintenance.run_maintenance` for each event."""
 
@@ -402,11 +422,9 @@ class MaintenanceEntryPoint:
         reserve_ms: int = MAINTENANCE_RESERVE_MS,
         rotate: Callable[[], int] = lambda: random.randrange(1 << 30),
     ) -> None:
-        self._open = open_projector_
+        super().__init__(open_projector_)
         self._reserve_ms = reserve_ms
         self._rotate = rotate
-        self._lock = threading.Lock()
-        self._projector: Projector | None = None
 
     def __call__(self, event: Any, context: Any) -> dict[str, Any]:
         tasks, scopes = parse_maintenance_event(event)
@@ -416,21 +434,13 @@ class MaintenanceEntryPoint:
             return callable(remaining) and remaining() < self._reserve_ms
 
         with self._lock:  # one maintenance at a time per execution environment
-            if self._projector is None:
-                self._projector = self._open()
             report = run_maintenance(
-                self._projector, tasks, scopes, stop=stop, rotate=self._rotate()
+                self._opened(), tasks, scopes, stop=stop, rotate=self._rotate()
             )
         body = report.as_dict()
         log.info("maintenance %s: %s", ",".join(tasks), json.dumps(body, default=str))
         report.raise_for_failures()
         return body
-
-    def close(self) -> None:
-        with self._lock:
-            if self._projector is not None:
-                self._projector.close()
-            self._projector = None
 
 
 _MAINTENANCE = MaintenanceEntryPoint(open_from_env)

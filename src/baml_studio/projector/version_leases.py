@@ -48,7 +48,6 @@ lease cannot be written is refused rather than run unprotected.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -201,7 +200,8 @@ class VersionLeases:
         self._clock = clock
         self._path = self._new_path()
         self._lock = threading.Lock()
-        self._held: dict[str, Lease] = {}
+        self._held: dict[tuple[tuple[str, int], ...], Lease] = {}
+        """This holder's live entries by their (sorted) versions."""
         self.writes = 0
         """Lease files written by this holder (instrumentation)."""
 
@@ -220,17 +220,17 @@ class VersionLeases:
             return
         now = self._clock()
         until = now + max(seconds, 0.0)
-        digest = hashlib.sha256(json.dumps(pinned).encode()).hexdigest()[:32]
+        key = tuple(pinned.items())
         with self._lock:
-            held = self._held.get(digest)
+            held = self._held.get(key)
             if held is not None and held.expires_at >= until + MIN_SPARE_S:
                 return
-            live = {d: lease for d, lease in self._held.items() if lease.expires_at >= now}
+            live = {k: lease for k, lease in self._held.items() if lease.expires_at >= now}
             if not live:
                 # a file whose entries all expired may be deleted by a compaction at any
                 # moment (after SKEW_S + GRACE_S): never write a live lease into it again
                 self._path = self._new_path()
-            live[digest] = Lease(pinned, until + EXTEND_S)
+            live[key] = Lease(pinned, until + EXTEND_S)
             if len(live) > MAX_LEASES:
                 raise LeaseUnavailable(
                     f"{len(live) - 1} leases are live in this process, the most it keeps"
