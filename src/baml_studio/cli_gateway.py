@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from pathlib import Path
 from typing import Any
 
 import click
 
+from baml_studio.durations import parse_seconds
 from baml_studio.gateway.config import Scope
 from baml_studio.gateway.environments import EnvironmentsFile
 from baml_studio.gateway.errors import KeyringError
@@ -35,8 +35,6 @@ from baml_studio.servergc import tune_for_serving
 EXIT_RULES_MISSING = 3
 EXIT_UNAVAILABLE = 4
 EXIT_REFUSED = 5
-_TTL = re.compile(r"(\d+)([smhd]?)")
-_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 DATA_OPTION = click.option(
     "--data",
@@ -47,11 +45,11 @@ DATA_OPTION = click.option(
 
 
 def parse_ttl(text: str) -> int:
-    """``90``, ``90s``, ``15m``, ``1h`` or ``7d`` as seconds."""
-    match = _TTL.fullmatch(text.strip())
-    if match is None:
-        raise click.BadParameter(f"{text!r} is not a duration like 90s, 15m, 1h or 7d")
-    seconds = int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    """``90``, ``90s``, ``15m``, ``1h`` or ``7d`` as whole seconds (:mod:`.durations`)."""
+    try:
+        seconds = round(parse_seconds(text))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
     if not 1 <= seconds <= MAX_TTL_SECONDS:
         raise click.BadParameter(f"{text!r} must be between 1s and {MAX_TTL_SECONDS // 86400}d")
     return seconds

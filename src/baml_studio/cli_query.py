@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO, TypeVar
 import click
 from click.core import ParameterSource
 
+from baml_studio.durations import parse_seconds
+
 if TYPE_CHECKING:
     from baml_studio.coordinator.client import CoordinatorClient, CoordinatorClientError
     from baml_studio.coordinator.run import RequestBudget
@@ -78,13 +80,12 @@ class StreamedResult(Protocol):
 
 
 def parse_duration(text: str) -> float:
-    """``30s``, ``1500ms``, ``2m`` or a bare number of seconds."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*", text)
-    if match is None:
-        raise click.BadParameter(f"expected a duration like 30s or 1500ms, got {text!r}")
-    value = float(match.group(1))
-    unit = match.group(2) or "s"
-    return value / 1000 if unit == "ms" else value * 60 if unit == "m" else value
+    """Seconds: ``30s``, ``1500ms``, ``2m``, a bare number of seconds (:mod:`.durations`);
+    zero is allowed (a poll interval of ``0`` polls without pausing)."""
+    try:
+        return parse_seconds(text, zero=True)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "kb": 10**3, "m": MIB, "mib": MIB}

@@ -10,33 +10,17 @@ an internal error, 2 a usage error, 4 the bucket, Lance or the control plane is 
 from __future__ import annotations
 
 import json
-import re
 import time
 from typing import Any
 
 import click
 
 from baml_studio.cli_projector_common import EXIT_UNAVAILABLE, opened, projector_options
+from baml_studio.durations import parse_seconds
 from baml_studio.gateway.config import Scope
 from baml_studio.projector.errors import ProjectorError
 from baml_studio.projector.service import ProjectorConfig
 from baml_studio.projector.sweep import discover_scopes, sweep
-
-_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_DURATION = re.compile(r"(?:[0-9]+(?:\.[0-9]+)?[smhd]?)+")
-_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd]?)")
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in ``text``: ``90``, ``90s``, ``30m``, ``1h``, ``1h30m``, ``2d``; ``ValueError``
-    otherwise (or for zero)."""
-    value = text.strip().lower()
-    if not _DURATION.fullmatch(value):
-        raise ValueError(f"{text!r} is not a duration; use e.g. 90s, 30m, 1h, 1h30m or 2d")
-    seconds = sum(float(n) * _UNITS[unit] for n, unit in _PART.findall(value))
-    if seconds <= 0:
-        raise ValueError(f"{text!r} is not a positive duration")
-    return seconds
 
 
 class Duration(click.ParamType[float]):
@@ -48,7 +32,7 @@ class Duration(click.ParamType[float]):
         if isinstance(value, int | float):
             return float(value)
         try:
-            return parse_duration(str(value))
+            return parse_seconds(str(value))
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
 

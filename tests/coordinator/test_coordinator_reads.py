@@ -379,3 +379,53 @@ def test_the_engine_gets_what_is_left_of_the_wall_budget(
     lines = list(run.lines())
     assert len(lines) > 1 and len(given) == 1
     assert given[0] <= BUDGET.max_wall_ms / 1000 - 0.5
+
+
+def test_a_background_run_gets_its_whole_budget_from_its_first_line(
+    probed: tuple[CoordinatorRig, ProbedStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A background job may wait in the queue after its snapshot was bound: its wall budget
+    runs from its first line, and its versions are leased for the budget again then."""
+    import time
+
+    from coordinator_rig import BUDGET, identity, request
+
+    from baml_studio.coordinator import execute
+    from baml_studio.projector.version_leases import LEASE_DIR, MIN_SPARE_S, decode_leases
+
+    rig, _ = probed
+    given: list[tuple[float, float]] = []
+    real = execute.QueryEngine
+
+    def capturing(source: Any, budgets: Any, **kwargs: Any) -> Any:
+        given.append((budgets.max_wall_s, time.monotonic()))
+        return real(source, budgets, **kwargs)
+
+    renewed: list[float] = []
+    renew = rig.coordinator.renew
+
+    def spying(snapshot: Any, hold_s: float) -> None:
+        renewed.append(hold_s)
+        renew(snapshot, hold_s)
+
+    monkeypatch.setattr(execute, "QueryEngine", capturing)
+    monkeypatch.setattr(rig.coordinator, "renew", spying)
+    run = rig.coordinator.start(
+        request("SELECT call_id, args FROM calls"), identity(), mode="background"
+    )
+    time.sleep(1.5)  # queued
+    began, began_wall = time.monotonic(), time.time()
+    lines = list(run.lines())
+    assert len(lines) > 1 and len(given) == 1
+    (left_s, at), budget_s = given[0], BUDGET.max_wall_ms / 1000
+    # all of the budget but what passed since the first line (not since the bind)
+    assert left_s >= budget_s - (at - began) - 0.01
+    leases = [
+        lease
+        for path in (Path(rig.ingest.private.root_uri) / LEASE_DIR).glob("*.json")
+        for lease in decode_leases(path.read_bytes())
+        if lease.versions == {name: v for name, v in run.bound.dataset_versions.items() if v}
+    ]
+    assert renewed == [budget_s]
+    # the entry is rewritten only when it would not cover the renewed budget with MIN_SPARE_S
+    assert max(lease.expires_at for lease in leases) >= began_wall + budget_s + MIN_SPARE_S

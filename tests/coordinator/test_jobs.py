@@ -22,7 +22,13 @@ from test_jobs_fakes import (
     wait_for,
 )
 
-from baml_studio.apierrors import BadRequest, Conflict, NotFound, TooManyRequests
+from baml_studio.apierrors import (
+    BadRequest,
+    Conflict,
+    DependencyUnavailable,
+    NotFound,
+    TooManyRequests,
+)
 from baml_studio.coordinator.jobs_store import JobStore
 from baml_studio.objectstore.errors import ObjectNotFound, ObjectStoreUnavailable
 
@@ -147,6 +153,28 @@ def test_cancel_a_queued_job_it_never_starts(tmp_path: Path) -> None:
         rig.manager.close()
         assert not waiting.started.is_set()
         assert state_of(rig, second) == "cancelled"
+
+
+def test_a_queued_jobs_snapshot_stays_leased_while_it_waits(tmp_path: Path) -> None:
+    """The reaper renews the lease of every queued run; a running one renews its own when it
+    starts (``Run.lines``), a cancelled one is no longer kept, and a failed renewal is counted
+    and retried without stopping the reaper."""
+    with job_rig(tmp_path, workers=1, keep_interval_s=0.01) as rig:
+        blocker, waiting, first, second = held_and_queued(rig, hold_at=0)
+        running_kept = blocker.kept  # running: the reaper keeps it no more
+        wait_for(lambda: waiting.kept >= 3)
+        assert blocker.kept == running_kept
+        waiting.keep_error = DependencyUnavailable("the lease store is down")
+        wait_for(lambda: rig.manager.keep_failures >= 2)
+        waiting.keep_error = None
+        kept = waiting.kept
+        wait_for(lambda: waiting.kept > kept)
+        rig.manager.cancel(second, user())
+        after_cancel = waiting.kept
+        assert rig.manager.keep_waiting() == 0
+        assert waiting.kept == after_cancel
+        blocker.release()
+        wait_state(rig, first, "succeeded")
 
 
 def test_cancel_a_running_job(rig: Rig) -> None:

@@ -91,10 +91,18 @@ class FakeRun:
         self.progress: tuple[str, float] = ("planning", 0.0)
         self._outcome: dict[str, Any] | None = None
         self.emitted: list[str] = []
+        self.kept = 0
+        """Calls of :meth:`keep` (lease renewals)."""
+        self.keep_error: Exception | None = None
 
     @property
     def snapshot(self) -> dict[str, Any]:
         return dict(SNAPSHOT)
+
+    def keep(self) -> None:
+        if self.keep_error is not None:
+            raise self.keep_error
+        self.kept += 1
 
     def release(self) -> None:
         self._wake.set()

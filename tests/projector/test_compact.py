@@ -165,10 +165,15 @@ def test_durations(text: str, seconds: int) -> None:
     assert parse_duration(text) == timedelta(seconds=seconds)
 
 
-@pytest.mark.parametrize("text", ["", "d7", "-1d", "1.5h", "7 days", "7x"])
+@pytest.mark.parametrize("text", ["", "d7", "-1d", "7 days", "7x"])
 def test_bad_durations_name_the_valid_forms(text: str) -> None:
-    with pytest.raises(ValueError, match="units s, m, h, d, w"):
+    with pytest.raises(ValueError, match="unit ms, s, m, h, d or w"):
         parse_duration(text)
+
+
+def test_a_duration_beyond_a_timedelta_is_refused() -> None:
+    with pytest.raises(ValueError, match="too long"):
+        parse_duration("9" * 20 + "w")
 
 
 def test_scopes_parse_and_validate() -> None:

@@ -31,7 +31,7 @@ from projector_fixtures import (
 )
 
 from baml_studio.catalog import LocalStoreSource
-from baml_studio.cli_sweep import parse_duration, sweep_command
+from baml_studio.cli_sweep import sweep_command
 from baml_studio.control.identity import TokenIssuer
 from baml_studio.format.records import RootEnded, RootStarted
 from baml_studio.gateway.keys import segment_key
@@ -302,19 +302,6 @@ def test_cli_help_has_an_example() -> None:
     result = CliRunner().invoke(sweep_command, ["--help"])
     assert result.exit_code == 0
     assert "Example: baml-studio sweep" in result.output and "--dry-run" in result.output
-
-
-@pytest.mark.parametrize(
-    ("text", "seconds"), [("90", 90.0), ("90s", 90.0), ("30m", 1800.0), ("1h30m", 5400.0)]
-)
-def test_durations(text: str, seconds: float) -> None:
-    assert parse_duration(text) == seconds
-
-
-@pytest.mark.parametrize("text", ["", "h", "1x", "0s", "-1h", "1 h"])
-def test_bad_durations(text: str) -> None:
-    with pytest.raises(ValueError, match="duration"):
-        parse_duration(text)
 
 
 # --- the library over an uploaded store ---------------------------------------------------------

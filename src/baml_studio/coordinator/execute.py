@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 import pyarrow as pa
 from sqlglot import exp
 
+from baml_studio.apierrors import ApiError
 from baml_studio.catalog.source import CatalogSource
 from baml_studio.coordinator.errors import QueryTooCostly
 from baml_studio.coordinator.run import (
@@ -130,8 +131,21 @@ class Run:
     def outcome(self) -> dict[str, Any] | None:
         return self._outcome
 
+    def keep(self) -> None:
+        """Lease the bound versions for the whole wall budget from now (raises 503)."""
+        self._c.renew(self._snapshot, self._request.budget.max_wall_ms / 1000)
+
     def lines(self) -> Iterator[str]:
         try:
+            if self._mode == "background":
+                # a job may wait in the queue: its wall budget runs from its first line,
+                # and its versions are leased for that budget again before it reads
+                self._started = time.monotonic()
+                try:
+                    self.keep()
+                except ApiError as exc:
+                    yield self._end(DependencyUnavailable(str(exc), "retry"))
+                    return
             yield from self._lines()
         finally:
             if self._outcome is None:  # the consumer went away (a closed connection)
@@ -225,8 +239,9 @@ class Run:
             stats=self.stats,
             shared=self._c.shared,
         )
-        # what is left of the wall budget since the snapshot was bound (and its versions
-        # leased for the budget): the engine stops reading Lance before the lease ends
+        # what is left of the wall budget since the snapshot was bound, or a background run
+        # began (its versions leased for the budget then): the engine stops reading Lance
+        # before the lease ends
         left_s = budget.max_wall_ms / 1000 - (time.monotonic() - self._started)
         budgets = QueryBudgets(
             max_wall_s=max(left_s, 0.001), max_result_rows=budget.max_result_rows

@@ -16,6 +16,11 @@ file once, create-only, to ``<result_prefix><tenant>/<project>/<environment>/<jo
 A final state is written with a conditional update, so a cancel that wins the race keeps the job
 ``cancelled`` and the late result is deleted.
 
+Waiting: a queued job's snapshot (bound when it was created, reported while it waits) stays
+leased while the job waits: the reaper renews the lease of every queued run every
+``keep_interval_s`` (``QueryRun.keep``), and the run renews it once more when it starts. Its wall
+budget runs from then, so time in the queue does not count against it.
+
 Restart rule: jobs live only in this process's threads. When a :class:`JobStore` opens, every job
 it finds ``queued`` or ``running`` belonged to a process that died, so it becomes ``failed`` with
 error ``coordinator_restarted`` (retryable, remedy: resubmit) — never lost silently, never left
@@ -64,6 +69,9 @@ log = logging.getLogger(__name__)
 StartQuery = Callable[[QueryRequest, UserIdentity], QueryRun]
 RESULT_CHUNK_BYTES = 1 << 20
 _SUCCEEDED = ("complete", "incomplete")
+KEEP_INTERVAL_S = 30.0
+"""How often a queued job's snapshot lease is renewed (well inside the lease's spare minute,
+``version_leases.EXTEND_S``)."""
 _RESUBMIT = "submit the query again with POST /v1/query-jobs"
 
 
@@ -84,6 +92,7 @@ class JobManager:
         progress_interval_s: float = 0.5,
         progress_every_rows: int = 1000,
         reap_interval_s: float = 60.0,
+        keep_interval_s: float = KEEP_INTERVAL_S,
     ) -> None:
         self._store, self._objects, self._start = store, objects, start
         self._ttl_s, self._clock, self._prefix = ttl_s, clock, result_prefix
@@ -91,13 +100,20 @@ class JobManager:
         self._progress_interval_s = progress_interval_s
         self._progress_every_rows = max(1, progress_every_rows)
         self._runs: dict[str, QueryRun] = {}
+        self._waiting: dict[str, QueryRun] = {}
+        """Queued runs (their leases renewed by the reaper until a worker takes them)."""
+        self.keep_failures = 0
+        """Renewals of a queued run's lease that failed (instrumentation)."""
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="query-job")
         for job in store.recovered:
             self._delete_result(job)
         self._reaper = threading.Thread(
-            target=self._reap_forever, args=(reap_interval_s,), name="query-job-reaper", daemon=True
+            target=self._reap_forever,
+            args=(reap_interval_s, keep_interval_s),
+            name="query-job-reaper",
+            daemon=True,
         )
         self._reaper.start()
 
@@ -185,6 +201,7 @@ class JobManager:
         for record in self._store.expired(self._clock()):
             with self._lock:
                 run = self._runs.pop(record.job_id, None)
+                self._waiting.pop(record.job_id, None)
             if run is not None:
                 run.cancel()
             if self._delete_result(record):
@@ -243,6 +260,7 @@ class JobManager:
         with self._lock:
             if not self._closed.is_set():
                 self._runs[record.job_id] = run
+                self._waiting[record.job_id] = run
                 self._pool.submit(self._work, record.job_id, run)
                 return
         self._store.finish(record, "cancelled", self._clock())
@@ -270,6 +288,7 @@ class JobManager:
         """Mark an active job cancelled and stop its run."""
         with self._lock:
             run = self._runs.get(record.job_id)
+            self._waiting.pop(record.job_id, None)
         if run is not None:
             record = _with_progress(record, run)
         self._store.finish(record, "cancelled", self._clock())
@@ -278,6 +297,8 @@ class JobManager:
 
     def _work(self, job_id: str, run: QueryRun) -> None:
         spool = self._store.spool_dir / f"{job_id}.ndjson"
+        with self._lock:
+            self._waiting.pop(job_id, None)
         try:
             if not self._store.mark_running(job_id, self._clock()):
                 run.cancel()
@@ -290,6 +311,22 @@ class JobManager:
             spool.unlink(missing_ok=True)
             with self._lock:
                 self._runs.pop(job_id, None)
+
+    def keep_waiting(self) -> int:
+        """Renew the lease of every queued run (the reaper's pass); the number renewed. A
+        failed renewal is logged and retried on the next pass; the run renews once more when
+        it starts and ends ``dependency_unavailable`` (retryable) if that fails too."""
+        with self._lock:
+            waiting = list(self._waiting.items())
+        kept = 0
+        for job_id, run in waiting:
+            try:
+                run.keep()
+                kept += 1
+            except Exception as exc:  # the reaper must survive; the start renews again
+                self.keep_failures += 1
+                log.warning("query job %s: its snapshot's lease was not renewed: %s", job_id, exc)
+        return kept
 
     def _run(self, job_id: str, run: QueryRun, spool: Path) -> None:
         try:
@@ -381,8 +418,13 @@ class JobManager:
         for start in range(0, size, RESULT_CHUNK_BYTES):
             yield self._objects.get(key, start, min(size, start + RESULT_CHUNK_BYTES))
 
-    def _reap_forever(self, interval_s: float) -> None:
-        while not self._closed.wait(interval_s):
+    def _reap_forever(self, reap_interval_s: float, keep_interval_s: float) -> None:
+        next_reap = time.monotonic() + reap_interval_s
+        while not self._closed.wait(min(reap_interval_s, keep_interval_s)):
+            self.keep_waiting()
+            if time.monotonic() < next_reap:
+                continue
+            next_reap = time.monotonic() + reap_interval_s
             try:
                 self.purge_expired()
             except Exception as exc:  # the reaper thread must survive a failed pass

@@ -128,6 +128,12 @@ class QueryRun(Protocol):
     def progress(self) -> tuple[Phase, float]:
         """The phase and the estimated fraction done (0..1)."""
 
+    def keep(self) -> None:
+        """Lease the bound snapshot's versions for the run's whole wall budget from now (a
+        queued background job is kept so while it waits; its wall budget runs from its first
+        line). Raises :class:`~baml_studio.apierrors.ApiError` when the lease cannot be
+        written."""
+
     def lines(self) -> Iterator[str]:
         """NDJSON lines without newline: one JSON object per result row, then exactly one
         ``{"queryOutcome": …}``. Iterate once. Stopping early (closing the iterator) cancels."""

@@ -126,6 +126,16 @@ class Coordinator:
                 f"cannot bind a snapshot: {exc}", code="dependency_unavailable"
             ) from exc
 
+    def renew(self, snapshot: BoundSnapshot, hold_s: float) -> None:
+        """Lease a bound snapshot's versions for ``hold_s`` more seconds from now; raises
+        503 ``dependency_unavailable`` when the lease cannot be written."""
+        try:
+            self.binder.renew(snapshot, hold_s)
+        except (BamlStudioError, OSError) as exc:
+            raise DependencyUnavailable(
+                f"cannot lease the snapshot's versions: {exc}", code="dependency_unavailable"
+            ) from exc
+
     def resident(
         self, snapshot: BoundSnapshot, sql: str, *, max_wall_ms: int, max_rows: int
     ) -> pa.Table:

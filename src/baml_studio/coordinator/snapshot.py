@@ -91,6 +91,11 @@ class SnapshotBinder:
             bound,
         )
 
+    def renew(self, snapshot: BoundSnapshot, hold_s: float) -> None:
+        """Lease ``snapshot``'s versions for ``hold_s`` more seconds from now (a queued
+        background job keeps its snapshot so while it waits, and once more when it starts)."""
+        self._private_store(snapshot.scope).leases.hold(snapshot.dataset_versions, hold_s)
+
     def _control_snapshot(self, scope: Scope, catalog_version: str) -> dict[str, Any]:
         key = (scope, catalog_version)
         now = self._clock()

@@ -20,13 +20,13 @@ not stop the others: the report names it, and the next run tries again.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from baml_studio.durations import parse_seconds
 from baml_studio.gateway.config import Scope
 from baml_studio.gateway.environments import EnvironmentsFile
 from baml_studio.projector.errors import ProjectorError
@@ -36,8 +36,6 @@ from baml_studio.projector.service import Projector
 log = logging.getLogger(__name__)
 
 DEFAULT_RETENTION = timedelta(days=7)
-_DURATION = re.compile(r"(\d+)([smhdw]?)")
-_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,14 +88,11 @@ class CompactionReport:
 
 
 def parse_duration(text: str) -> timedelta:
-    """``"7d"``, ``"12h"``, ``"30m"``, ``"90s"``, ``"2w"`` or plain seconds (``"3600"``)."""
-    match = _DURATION.fullmatch(text.strip())
-    if match is None:
-        raise ValueError(
-            f"duration {text!r} is not <number><unit>; units s, m, h, d, w (e.g. 7d, 12h, 3600)"
-        )
+    """``"7d"``, ``"12h"``, ``"30m"``, ``"90s"``, ``"2w"`` or plain seconds (``"3600"``): the
+    grammar of :mod:`baml_studio.durations`."""
+    seconds = parse_seconds(text)
     try:
-        return timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
+        return timedelta(seconds=seconds)
     except OverflowError:
         raise ValueError(f"duration {text!r} is too long") from None
 
