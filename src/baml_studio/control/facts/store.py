@@ -91,7 +91,9 @@ class FactStore:
         self._connector = connector
         self._pool = ClientPool(connector)
         self._queries = ClientPool(connector)  # caller queries: never the store's statements
-        self._tables = Tables(self._pool, config.database)
+        self._tables = Tables(
+            self._pool, config.database, compression="none" if config.embedded else "zstd"
+        )
         self._cache = LedgerCache(config.ledger_cache_entries)
         self._key_locks = KeyLocks()
         self._gate = ScopeGate()
