@@ -72,7 +72,8 @@ def parquet_block(table: pa.Table, compression: str = "none") -> bytes:
         write_statistics=False,
         store_schema=False,
     )
-    return sink.getvalue().to_pybytes()
+    data: bytes = sink.getvalue().to_pybytes()
+    return data
 
 
 class Tables:
