@@ -35,9 +35,11 @@ from baml_studio.projector.version_leases import (
     LeaseMalformed,
     LeaseUnavailable,
     VersionLeases,
+    dataset_versions,
     decode_leases,
     encode_leases,
     removable,
+    version_stamps,
 )
 
 
@@ -371,3 +373,47 @@ def test_a_slow_cleanup_cannot_take_the_leased_version(
     assert rows_at(store, versions[1]) == 20
     with pytest.raises(PrivateStoreError, match="no version"):
         store.open_dataset(VALUES, version=versions[0])
+
+
+def test_commit_times_are_exact_in_the_hour_daylight_saving_repeats(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lance's public ``versions()`` gives naive local datetimes made with a ``timedelta``
+    added, which drops the ``fold``: a commit in the repeated hour at the end of daylight
+    saving time reads an hour older. The stamps come from the native nanoseconds instead."""
+    import time
+
+    import lance
+    import pyarrow as pa
+    from lance.dataset import _convert_version_timestamp
+
+    ds = lance.write_dataset(pa.table({"a": [1]}), str(tmp_path / "d"))
+    lance.write_dataset(pa.table({"a": [2]}), str(tmp_path / "d"), mode="append")
+    ds = lance.dataset(str(tmp_path / "d"))
+    exact = version_stamps(dataset_versions(ds))
+    public = version_stamps(ds.versions())
+    assert sorted(exact) == sorted(public) == [1, 2]
+    assert all(abs(exact[v] - public[v]) < 1.0 for v in exact)  # this host: no repeated hour
+
+    # 2026-11-01 01:30 EST, the second 01:30 in New York that night (06:30 UTC)
+    nanos = 1_793_514_600 * 10**9
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        naive = _convert_version_timestamp({"version": 7, "timestamp": nanos})
+        assert version_stamps([naive]) == {7: nanos / 1e9 - 3600}  # what the public list gives
+        assert version_stamps([{"version": 7, "timestamp": nanos}]) == {7: nanos / 1e9}
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+
+def test_dataset_versions_falls_back_to_the_public_list() -> None:
+    from datetime import datetime
+
+    class Public:
+        def versions(self) -> list[dict[str, object]]:
+            return [{"version": 3, "timestamp": datetime.fromtimestamp(1_000.5)}]
+
+    assert version_stamps(dataset_versions(Public())) == {3: 1_000.5}
+    assert version_stamps([{"version": 4, "timestamp": None}, {"version": 5}]) == {}

@@ -83,7 +83,12 @@ from baml_studio.projector.value_paths import (
     leaf_rows,
     paths_table,
 )
-from baml_studio.projector.version_leases import VersionLeases, removable, version_stamps
+from baml_studio.projector.version_leases import (
+    VersionLeases,
+    dataset_versions,
+    removable,
+    version_stamps,
+)
 
 VALUES = "values_v1"
 VALUE_PATHS = "value_paths_v1"
@@ -526,7 +531,7 @@ class PrivateStore:
                 ds.optimize.optimize_indices(index_names=sorted(existing))
             ds = self._require(name)
             doomed = removable(
-                version_stamps(ds.versions()),
+                version_stamps(dataset_versions(ds)),
                 before=before,
                 leased=keep,
                 settled=settled,

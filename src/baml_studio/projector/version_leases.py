@@ -311,14 +311,34 @@ class VersionLeases:
             raise LeaseUnavailable(f"cannot delete version lease {path}: {exc}") from exc
 
 
+def dataset_versions(ds: Any) -> list[Mapping[str, Any]]:
+    """``ds``'s versions with exact commit times where Lance gives them: its native list
+    carries nanoseconds since the epoch. The public ``LanceDataset.versions()`` turns those
+    into naive local datetimes plus a ``timedelta``, which drops the ``fold``: in the hour
+    that repeats when daylight saving time ends, a commit would read an hour older than it
+    is. Falls back to the public list when the native one is not there or not numeric."""
+    native = getattr(ds, "_ds", None)
+    try:
+        entries = native.versions() if native is not None else None
+    except Exception:  # a Lance without the native list: the public one below
+        entries = None
+    if entries and all(isinstance(e.get("timestamp"), int) for e in entries):
+        return list(entries)
+    return list(ds.versions())
+
+
 def version_stamps(versions: Iterable[Mapping[str, Any]]) -> dict[int, float]:
-    """``{version: commit time in Unix seconds}`` of a dataset's ``versions()`` list (Lance
-    gives naive local times; ``timestamp()`` reads them as such)."""
-    return {
-        int(entry["version"]): entry["timestamp"].timestamp()
-        for entry in versions
-        if hasattr(entry.get("timestamp"), "timestamp")
-    }
+    """``{version: commit time in Unix seconds}`` of :func:`dataset_versions`: nanoseconds
+    since the epoch exactly; a naive local datetime (the public list) as ``timestamp()``
+    reads it."""
+    stamps: dict[int, float] = {}
+    for entry in versions:
+        stamp: Any = entry.get("timestamp")
+        if isinstance(stamp, int) and not isinstance(stamp, bool):
+            stamps[int(entry["version"])] = stamp / 1e9
+        elif hasattr(stamp, "timestamp"):
+            stamps[int(entry["version"])] = stamp.timestamp()
+    return stamps
 
 
 def removable(
