@@ -415,6 +415,28 @@ def arrival_child(
         conn.close()
 
 
+def projector_child(
+    conn: Connection, dp_dir: Path, url: str, token: str, threads: int, visibility_s: int
+) -> None:
+    """One more projector process: ``run_projector`` over the same queue, Lance and control
+    plane, until the parent says stop; sends its worker counters back."""
+    try:
+        control = Service(url, token, 0)
+        projector = open_worker_side(dp_dir, control, visibility_s)
+        loop = ServiceLoop(projector, threads)
+        loop.thread.start()
+        conn.send(("ready", None))
+        conn.recv()
+        loop.stop.set()
+        loop.thread.join(120.0)
+        projector.close()
+        conn.send(("ok", (loop.stats(), loop.failure)))
+    except BaseException:
+        conn.send(("error", traceback.format_exc()))
+    finally:
+        conn.close()
+
+
 def plan_for_calls(target: int, processes: int) -> tuple[int, int]:
     """The fewest executions whose planned calls reach ``target``: (executions, calls).
     Execution ``i`` is the same job whatever the count, so one plan gives every prefix."""
@@ -487,6 +509,20 @@ def arrival(tmp: Path, args: argparse.Namespace) -> None:
         loop = ServiceLoop(projector, args.arrival_threads) if args.arrival_threads else None
         if loop is not None:
             loop.thread.start()
+        extra = []
+        for _ in range(args.arrival_projectors - 1 if loop is not None else 0):
+            receiver, sender = context.Pipe(duplex=True)
+            child = context.Process(
+                target=projector_child,
+                args=(sender, tmp / "dataplane", control.url, control.token,
+                      args.arrival_threads, args.visibility_timeout),
+            )  # fmt: skip
+            child.start()
+            extra.append((child, receiver))
+        for _, receiver in extra:
+            kind, payload = receiver.recv()
+            if kind != "ready":
+                raise SystemExit(f"a projector process failed:\n{payload}")
         resident = Resident(control.url, control.token)
         children = []
         for index, root in enumerate(roots):
@@ -501,6 +537,7 @@ def arrival(tmp: Path, args: argparse.Namespace) -> None:
             kind, payload = receiver.recv()
             if kind != "ready":
                 raise SystemExit(f"a workload process failed:\n{payload}")
+        extra_cpu0 = sum(cpu_seconds(c.pid) for c, _ in extra)
         cpu = {"projector": time.process_time(), "control": cpu_seconds(control.pid),
                "dataplane": cpu_seconds(dp.pid)}  # fmt: skip
         go_at = time.time() + 0.5
@@ -529,7 +566,10 @@ def arrival(tmp: Path, args: argparse.Namespace) -> None:
             time.sleep(max(0.0, 1.0 - (time.time() - now)))  # poll about once a second
         window = time.time() - go_at
         cpu = {
-            "projector": time.process_time() - cpu["projector"],
+            "projector": time.process_time()
+            - cpu["projector"]
+            + sum(cpu_seconds(c.pid) for c, _ in extra)
+            - extra_cpu0,
             "control": cpu_seconds(control.pid) - cpu["control"],
             "dataplane": cpu_seconds(dp.pid) - cpu["dataplane"],
         }
@@ -544,6 +584,14 @@ def arrival(tmp: Path, args: argparse.Namespace) -> None:
             loop.stop.set()
             loop.thread.join(2.0)
             busy = loop.thread.is_alive()
+        for child, receiver in extra:
+            receiver.send("stop")
+            kind, payload = receiver.recv()
+            if kind != "ok":
+                raise SystemExit(f"a projector process failed:\n{payload}")
+            for name, value in payload[0].items():
+                stats[name] = stats.get(name, 0) + value
+            child.join()
         left = queue_left(projector)
         for index, (child, receiver) in enumerate(children):
             if index not in reports:
@@ -689,6 +737,12 @@ def main() -> None:
     parser.add_argument("--arrival-calls", type=int, default=100_000)
     parser.add_argument("--arrival-seconds", type=float, default=2.0)
     parser.add_argument("--flush-interval", type=int, default=1, help="publisher flush (s)")
+    parser.add_argument(
+        "--arrival-projectors",
+        type=int,
+        default=1,
+        help="projector processes (each with --arrival-threads worker threads)",
+    )
     parser.add_argument(
         "--arrival-threads",
         type=int,

@@ -69,6 +69,14 @@ def compaction_hook(projector: Projector) -> Callable[[], object]:
     help="Worker threads handling messages.",
 )
 @click.option(
+    "--processes",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Processes, each with --workers threads (the work is mostly Python: one process "
+    "uses about one core); this one also runs the sweep and the compaction.",
+)
+@click.option(
     "--once", is_flag=True, help="Drain the messages visible now, print the counts and exit."
 )
 @click.option(
@@ -79,7 +87,7 @@ def compaction_hook(projector: Projector) -> Callable[[], object]:
     help="Long-poll wait in seconds (default 10, or 1 with --once); a stop takes at most this.",
 )
 def projector_command(
-    config: ProjectorConfig, workers: int, once: bool, wait_s: float | None
+    config: ProjectorConfig, workers: int, processes: int, once: bool, wait_s: float | None
 ) -> None:
     """Project bucket notifications from the queue: public facts to the control plane,
     private rows to Lance. Runs until SIGTERM or Ctrl-C (a second one ends it at once; every
@@ -87,39 +95,65 @@ def projector_command(
     the counts as JSON; --once drains what is visible and prints the counts.
 
     Example: baml-studio projector --data ./dataplane --control-plane http://127.0.0.1:8700
-    --token "$BAML_WORKLOAD_TOKEN" --workers 4
+    --token "$BAML_WORKLOAD_TOKEN" --workers 2 --processes 2
     """
-    from baml_studio.projector.loop import run_projector
+    from baml_studio.projector.loop import LoopReport, run_projector
+    from baml_studio.projector.processes import run_processes
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     stop = threading.Event()
+    wait = (1 if once else 10) if wait_s is None else wait_s
     with opened(config) as projector:
-        if once:
-            wait = 1 if wait_s is None else wait_s
-            try:
-                report = run_projector(
-                    projector, stop=stop, workers=workers, wait_s=wait, once=True
-                )
-            except BamlStudioError as exc:
-                click.echo(f"error: {type(exc).__name__}: {exc}", err=True)
-                raise SystemExit(EXIT_UNAVAILABLE) from exc
-            click.echo(json.dumps(report.as_dict(), sort_keys=True))
-            return
-        previous = _on_stop_signals(stop)
-        try:
-            click.echo(f"projector: {workers} worker(s); SIGTERM or Ctrl-C to stop", err=True)
-            report = run_projector(
+
+        def run_here() -> LoopReport:
+            if once:
+                return run_projector(projector, stop=stop, workers=workers, wait_s=wait, once=True)
+            return run_projector(
                 projector,
                 stop=stop,
                 workers=workers,
-                wait_s=10 if wait_s is None else wait_s,
+                wait_s=wait,
                 sweep=sweep_hook(projector),
                 compact=compaction_hook(projector),
             )
+
+        def run() -> dict[str, int]:
+            if processes == 1:
+                return run_here().as_dict()
+            return run_processes(
+                config,
+                stop=stop,
+                processes=processes,
+                workers=workers,
+                wait_s=wait,
+                once=once,
+                run_here=run_here,
+            ).as_dict()
+
+        if once:
+            try:
+                counts = run()
+            except BamlStudioError as exc:
+                click.echo(f"error: {type(exc).__name__}: {exc}", err=True)
+                raise SystemExit(EXIT_UNAVAILABLE) from exc
+            click.echo(json.dumps(counts, sort_keys=True))
+            return
+        previous = _on_stop_signals(stop)
+        try:
+            click.echo(
+                f"projector: {processes} process(es) of {workers} worker(s); SIGTERM or Ctrl-C "
+                "to stop",
+                err=True,
+            )
+            try:
+                counts = run()
+            except BamlStudioError as exc:
+                click.echo(f"error: {type(exc).__name__}: {exc}", err=True)
+                raise SystemExit(EXIT_UNAVAILABLE) from exc
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-        click.echo(json.dumps(report.as_dict(), sort_keys=True))
+        click.echo(json.dumps(counts, sort_keys=True))
 
 
 @click.command("compact")

@@ -1,0 +1,205 @@
+"""The projector on several processes (``projector.processes``, ``projector --processes``):
+helpers drain the same queue, a helper that cannot start fails the start, a helper that dies is
+started again, and SIGTERM stops every process."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from projector_control_rig import closed_port_url
+from projector_e2e_rig import ingest_path
+from projector_fixtures import SCOPE, workload_store
+from projector_service_rig import (
+    assert_one_fact_set,
+    control_endpoint,
+    dataplane_dir,
+    projector_config,
+    receive_all,
+    with_private,
+)
+
+from baml_studio.cli_projector import projector_command
+from baml_studio.gateway.keys import pack_key
+from baml_studio.gateway.service import load_dataplane_config
+from baml_studio.objectstore.notifications import s3_event
+from baml_studio.projector import processes
+from baml_studio.projector.loop import LoopReport
+from baml_studio.projector.processes import HelperFailed, run_processes
+from baml_studio.projector.service import Projector, ProjectorConfig, open_projector
+from baml_studio.projector.worker import WorkerConfig
+
+__all__ = ["workload_store"]
+
+
+def local_config(tmp_path: Path) -> ProjectorConfig:
+    """A data-plane directory whose control plane is never reached."""
+    dataplane = load_dataplane_config(tmp_path / "dp", host="127.0.0.1", port=8787)
+    return ProjectorConfig(
+        dataplane, closed_port_url(), "token", worker=WorkerConfig(retry_backoff_s=(0,))
+    )
+
+
+def send_missing_packs(config: ProjectorConfig, n: int) -> None:
+    """``n`` notifications of packs that are not in the bucket (each handled by a delete)."""
+    with open_projector(config) as projector:
+        for i in range(n):
+            key = pack_key(SCOPE, "ab" * 16, f"01J{i:023d}")
+            body = s3_event(
+                projector.store.bucket, key, 10, "0" * 32, None, None, datetime.now(UTC)
+            )
+            projector.queue.send(json.dumps(body))
+
+
+def refuse_to_open(config: ProjectorConfig) -> Projector:
+    raise OSError("the bucket is not reachable (test)")
+
+
+def test_a_helper_drains_the_queue_this_process_shares(tmp_path: Path) -> None:
+    config = local_config(tmp_path)
+    send_missing_packs(config, 6)
+    report = run_processes(
+        config,
+        stop=threading.Event(),
+        processes=2,
+        workers=1,
+        wait_s=0.2,
+        once=True,
+        run_here=LoopReport,  # this process takes nothing: only the helper's counts add up
+    )
+    assert report.loop.worker.messages == report.loop.worker.deleted == 6
+    assert report.loop.errors == 0 and report.restarts == 0
+    assert report.as_dict()["process_restarts"] == 0
+    with open_projector(config) as projector:
+        assert projector.queue.approximate_count() == 0
+
+
+def test_a_helper_that_cannot_open_its_stores_fails_the_start(tmp_path: Path) -> None:
+    ran = threading.Event()
+    with pytest.raises(HelperFailed, match="not reachable"):
+        run_processes(
+            local_config(tmp_path),
+            stop=threading.Event(),
+            processes=3,
+            workers=1,
+            wait_s=0.2,
+            run_here=lambda: (ran.set(), LoopReport())[1],
+            opener=refuse_to_open,
+        )
+    assert not ran.is_set()
+    assert multiprocessing.active_children() == []
+    with pytest.raises(ValueError, match="processes"):
+        run_processes(
+            local_config(tmp_path), stop=threading.Event(), processes=0, workers=1, wait_s=0,
+            run_here=LoopReport,
+        )  # fmt: skip
+
+
+def test_a_helper_that_dies_is_started_again_and_stopped_at_the_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(processes, "RESTART_BACKOFF_S", 0.05)
+    stop = threading.Event()
+    pids: list[int] = []
+
+    def run_here() -> LoopReport:
+        first = [p.pid for p in multiprocessing.active_children()]
+        assert len(first) == 1 and first[0] is not None
+        os.kill(first[0], signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            alive = [p for p in multiprocessing.active_children() if p.pid != first[0]]
+            if alive and alive[0].pid is not None:
+                pids.extend([first[0], alive[0].pid])
+                break
+            time.sleep(0.05)
+        time.sleep(0.5)  # the new helper says ready, then serves
+        stop.set()
+        return LoopReport()
+
+    report = run_processes(
+        local_config(tmp_path),
+        stop=stop,
+        processes=2,
+        workers=1,
+        wait_s=0.1,
+        run_here=run_here,
+        supervise_s=0.05,
+    )
+    assert len(pids) == 2, "the helper was not started again"
+    assert report.restarts == 1
+    assert report.loop.errors == 0  # the new helper sent its counts
+    assert multiprocessing.active_children() == []
+
+
+def test_cli_once_on_two_processes_drains_to_one_fact_set(
+    tmp_path: Path, chdb_dsn: str, fact_database: str, workload_store: Path
+) -> None:
+    with (
+        ingest_path(tmp_path, chdb_dsn, fact_database, workload_store) as ingest,
+        control_endpoint(ingest) as (url, token),
+    ):
+        queue = ingest.dataplane.queue
+        assert queue is not None
+        bodies = []
+        for message in receive_all(queue):
+            bodies.append(message.body)
+            queue.delete(message.receipt)
+        packs = [b for b in bodies if ".bamlpack.zst" in b]
+        args = ["--data", str(dataplane_dir(tmp_path)), "--control-plane", url]
+        args += ["--derived", str(tmp_path / "service-derived"), "--processes", "2", "--once"]
+        for batch in (packs, [b for b in bodies if b not in packs]):
+            for body in batch:
+                queue.send(body)
+            result = CliRunner().invoke(
+                projector_command, args, env={"BAML_WORKLOAD_TOKEN": token}, catch_exceptions=False
+            )
+            assert result.exit_code == 0, result.output
+            counts = json.loads(result.stdout)
+            assert counts["messages"] == counts["deleted"] == len(batch), counts
+            assert counts["process_restarts"] == 0 and counts["errors"] == 0
+            assert queue.approximate_count() == 0
+        config = projector_config(tmp_path, url, token)
+        assert_one_fact_set(with_private(ingest, config), fact_database)
+
+
+def test_sigterm_stops_every_process(tmp_path: Path) -> None:
+    code = "from baml_studio.cli_projector import projector_command; projector_command()"
+    args = ["--data", str(tmp_path / "dp"), "--control-plane", closed_port_url(), "--wait", "0.2"]
+    env = {**os.environ, "BAML_WORKLOAD_TOKEN": "token"}
+    helper: int | None = None
+    with subprocess.Popen(
+        [sys.executable, "-c", code, *args, "--processes", "3"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        assert proc.stderr is not None
+        for line in proc.stderr:  # ends at EOF if the process dies first
+            if "projector process 2 started (pid " in line:
+                helper = int(line.rsplit("(pid ", 1)[1].split(")")[0])
+                break  # the helpers are up once the last one says so
+        assert helper is not None
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err[-2000:]
+    counts = json.loads(out)
+    assert counts["messages"] == 0 and counts["process_restarts"] == 0
+    assert not Path(f"/proc/{helper}").exists()  # joined, not left running
+
+
+def test_cli_refuses_a_bad_process_count(tmp_path: Path) -> None:
+    base = ["--data", str(tmp_path / "dp"), "--control-plane", closed_port_url(), "--token", "t"]
+    result = CliRunner().invoke(projector_command, [*base, "--processes", "0"])
+    assert result.exit_code == 2
