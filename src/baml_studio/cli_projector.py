@@ -98,9 +98,13 @@ def projector_command(
     --token "$BAML_WORKLOAD_TOKEN" --workers 2 --processes 2
     """
     from baml_studio.projector.loop import LoopReport, run_projector
-    from baml_studio.projector.processes import run_processes
+    from baml_studio.projector.processes import check_processes, run_processes
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        check_processes(config, processes)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--processes") from exc
     stop = threading.Event()
     wait = (1 if once else 10) if wait_s is None else wait_s
     with opened(config) as projector:

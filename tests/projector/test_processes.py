@@ -4,6 +4,7 @@ started again, and SIGTERM stops every process."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -199,7 +200,17 @@ def test_sigterm_stops_every_process(tmp_path: Path) -> None:
     assert not Path(f"/proc/{helper}").exists()  # joined, not left running
 
 
-def test_cli_refuses_a_bad_process_count(tmp_path: Path) -> None:
+def test_cli_refuses_a_bad_process_count_and_processes_on_an_object_store(
+    tmp_path: Path,
+) -> None:
     base = ["--data", str(tmp_path / "dp"), "--control-plane", closed_port_url(), "--token", "t"]
     result = CliRunner().invoke(projector_command, [*base, "--processes", "0"])
     assert result.exit_code == 2
+    on_s3 = [*base, "--derived", "s3://bucket/derived/v1", "--processes", "2", "--once"]
+    result = CliRunner().invoke(projector_command, on_s3)
+    assert result.exit_code == 2 and "cannot lock" in result.output
+    with pytest.raises(ValueError, match="cannot lock"):
+        run_processes(
+            dataclasses.replace(local_config(tmp_path), derived_root="s3://b/derived/v1"),
+            stop=threading.Event(), processes=2, workers=1, wait_s=0, run_here=LoopReport,
+        )  # fmt: skip

@@ -24,6 +24,10 @@ after a backoff (1 s, doubling to 60 s while it keeps dying within a minute); it
 back after the visibility timeout, and every step is safe to redo. With ``once``, every process
 drains what is visible and the reports are summed.
 
+Only for a local derived root: there every Lance write holds an ``flock`` that serialises the
+writers of a dataset across processes (``lance_store``). Lance cannot lock an object store, so
+on ``s3://`` one process per scope's datasets must write (:func:`check_processes` refuses more).
+
 ``config`` and ``opener`` go to the helpers by pickling (spawn start method): the CLI's config
 (a token string) pickles; a config whose token is a lambda does not.
 """
@@ -182,6 +186,19 @@ class _Helper:
         return self.report
 
 
+def check_processes(config: ProjectorConfig, processes: int) -> None:
+    """``ValueError`` unless ``processes`` projector processes can share ``config``'s Lance
+    root (at least 1; more than 1 only on a local root)."""
+    if processes < 1:
+        raise ValueError(f"processes must be at least 1, got {processes}")
+    root = config.root()
+    if processes > 1 and "://" in root and not root.startswith("file://"):
+        raise ValueError(
+            f"{processes} projector processes need a local Lance root; {root} is an object "
+            "store, which Lance cannot lock: run one process (with more --workers)"
+        )
+
+
 def run_processes(
     config: ProjectorConfig,
     *,
@@ -198,8 +215,7 @@ def run_processes(
     returns when ``stop`` is set, or when it drained with ``once``), then stop the helpers and
     sum every report. A helper that cannot start raises :class:`HelperFailed` before anything
     runs here (the helpers already started are stopped)."""
-    if processes < 1:
-        raise ValueError(f"processes must be at least 1, got {processes}")
+    check_processes(config, processes)
     context = multiprocessing.get_context("spawn")
 
     def start(index: int) -> tuple[BaseProcess, Connection]:
