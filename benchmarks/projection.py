@@ -31,6 +31,9 @@ SQLite metastore + chDB), each under a temp dir; the projector (``projector.serv
    call: arrival (last call ended), accepted (both publishers' final flushes returned, all
    shipped), queryable; compared with the proof of concept's 40.85 s (accept) and 214.93 s
    (visible) and the 20 s goal.
+   ``--arrival-projectors N`` runs N projector processes of ``--arrival-threads`` threads each
+   (this one and N - 1 spawned, as ``baml-studio projector --processes N`` runs them; the
+   projector CPU is theirs together, the step table this process's threads only).
    ``--arrival-threads 0`` runs the same workload with no projector: the time the profiler,
    publisher and gateway alone take to accept everything, the floor under the goal on this
    machine.
@@ -419,7 +422,9 @@ def projector_child(
     conn: Connection, dp_dir: Path, url: str, token: str, threads: int, visibility_s: int
 ) -> None:
     """One more projector process: ``run_projector`` over the same queue, Lance and control
-    plane, until the parent says stop; sends its worker counters back."""
+    plane (as a ``projector --processes`` helper; here with the benchmark's queue settings and
+    the same wrapper for counters as this process), until the parent says stop; sends its
+    worker counters back."""
     try:
         control = Service(url, token, 0)
         projector = open_worker_side(dp_dir, control, visibility_s)
