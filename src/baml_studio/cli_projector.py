@@ -122,25 +122,24 @@ def projector_command(
             )
 
         def run() -> dict[str, int]:
-            if processes == 1:
-                return run_here().as_dict()
-            return run_processes(
-                config,
-                stop=stop,
-                processes=processes,
-                workers=workers,
-                wait_s=wait,
-                once=once,
-                run_here=run_here,
-            ).as_dict()
-
-        if once:
             try:
-                counts = run()
+                if processes == 1:
+                    return run_here().as_dict()
+                return run_processes(
+                    config,
+                    stop=stop,
+                    processes=processes,
+                    workers=workers,
+                    wait_s=wait,
+                    once=once,
+                    run_here=run_here,
+                ).as_dict()
             except BamlStudioError as exc:
                 click.echo(f"error: {type(exc).__name__}: {exc}", err=True)
                 raise SystemExit(EXIT_UNAVAILABLE) from exc
-            click.echo(json.dumps(counts, sort_keys=True))
+
+        if once:
+            click.echo(json.dumps(run(), sort_keys=True))
             return
         previous = _on_stop_signals(stop)
         try:
@@ -149,11 +148,7 @@ def projector_command(
                 "to stop",
                 err=True,
             )
-            try:
-                counts = run()
-            except BamlStudioError as exc:
-                click.echo(f"error: {type(exc).__name__}: {exc}", err=True)
-                raise SystemExit(EXIT_UNAVAILABLE) from exc
+            counts = run()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)

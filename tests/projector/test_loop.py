@@ -155,8 +155,11 @@ def test_the_service_drains_the_ingest_path_with_workers_sweep_and_compaction(
         assert_one_fact_set(with_private(ingest, config), fact_database)
 
 
+@pytest.mark.parametrize(
+    "spread", [["--workers", "2"], ["--processes", "2"]], ids=["threads", "processes"]
+)
 def test_cli_once_drains_and_prints_the_counts(
-    tmp_path: Path, chdb_dsn: str, fact_database: str, workload_store: Path
+    tmp_path: Path, chdb_dsn: str, fact_database: str, workload_store: Path, spread: list[str]
 ) -> None:
     with (
         ingest_path(tmp_path, chdb_dsn, fact_database, workload_store) as ingest,
@@ -171,7 +174,7 @@ def test_cli_once_drains_and_prints_the_counts(
         packs = [b for b in bodies if ".bamlpack.zst" in b]
         assert packs and len(packs) < len(bodies)
         args = ["--data", str(dataplane_dir(tmp_path)), "--control-plane", url]
-        args += ["--derived", str(tmp_path / "service-derived"), "--workers", "2", "--once"]
+        args += ["--derived", str(tmp_path / "service-derived"), *spread, "--once"]
         # packs first, then the meta objects: no execution waits for values (the CLI's retry
         # backoff is the default, seconds long)
         for batch in (packs, [b for b in bodies if b not in packs]):
@@ -183,6 +186,7 @@ def test_cli_once_drains_and_prints_the_counts(
             assert result.exit_code == 0, result.output
             counts = json.loads(result.stdout)
             assert counts["messages"] == counts["deleted"] == len(batch), counts
+            assert counts["errors"] == 0 and counts.get("process_restarts", 0) == 0
             assert queue.approximate_count() == 0
         assert counts["executions"] > 0
         config = projector_config(tmp_path, url, token)

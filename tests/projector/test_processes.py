@@ -1,6 +1,7 @@
 """The projector on several processes (``projector.processes``, ``projector --processes``):
 helpers drain the same queue, a helper that cannot start fails the start, a helper that dies is
-started again, and SIGTERM stops every process."""
+started again, and SIGTERM stops every process. ``projector --processes 2 --once`` over the
+ingest path is ``test_loop.py::test_cli_once_drains_and_prints_the_counts``."""
 
 from __future__ import annotations
 
@@ -19,16 +20,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from projector_control_rig import closed_port_url
-from projector_e2e_rig import ingest_path
-from projector_fixtures import SCOPE, workload_store
-from projector_service_rig import (
-    assert_one_fact_set,
-    control_endpoint,
-    dataplane_dir,
-    projector_config,
-    receive_all,
-    with_private,
-)
+from projector_fixtures import SCOPE
 
 from baml_studio.cli_projector import projector_command
 from baml_studio.gateway.keys import pack_key
@@ -39,8 +31,6 @@ from baml_studio.projector.loop import LoopReport
 from baml_studio.projector.processes import HelperFailed, run_processes
 from baml_studio.projector.service import Projector, ProjectorConfig, open_projector
 from baml_studio.projector.worker import WorkerConfig
-
-__all__ = ["workload_store"]
 
 
 def local_config(tmp_path: Path) -> ProjectorConfig:
@@ -141,37 +131,6 @@ def test_a_helper_that_dies_is_started_again_and_stopped_at_the_end(
     assert report.restarts == 1
     assert report.loop.errors == 0  # the new helper sent its counts
     assert multiprocessing.active_children() == []
-
-
-def test_cli_once_on_two_processes_drains_to_one_fact_set(
-    tmp_path: Path, chdb_dsn: str, fact_database: str, workload_store: Path
-) -> None:
-    with (
-        ingest_path(tmp_path, chdb_dsn, fact_database, workload_store) as ingest,
-        control_endpoint(ingest) as (url, token),
-    ):
-        queue = ingest.dataplane.queue
-        assert queue is not None
-        bodies = []
-        for message in receive_all(queue):
-            bodies.append(message.body)
-            queue.delete(message.receipt)
-        packs = [b for b in bodies if ".bamlpack.zst" in b]
-        args = ["--data", str(dataplane_dir(tmp_path)), "--control-plane", url]
-        args += ["--derived", str(tmp_path / "service-derived"), "--processes", "2", "--once"]
-        for batch in (packs, [b for b in bodies if b not in packs]):
-            for body in batch:
-                queue.send(body)
-            result = CliRunner().invoke(
-                projector_command, args, env={"BAML_WORKLOAD_TOKEN": token}, catch_exceptions=False
-            )
-            assert result.exit_code == 0, result.output
-            counts = json.loads(result.stdout)
-            assert counts["messages"] == counts["deleted"] == len(batch), counts
-            assert counts["process_restarts"] == 0 and counts["errors"] == 0
-            assert queue.approximate_count() == 0
-        config = projector_config(tmp_path, url, token)
-        assert_one_fact_set(with_private(ingest, config), fact_database)
 
 
 def test_sigterm_stops_every_process(tmp_path: Path) -> None:
