@@ -32,8 +32,8 @@ SQLite metastore + chDB), each under a temp dir; the projector (``projector.serv
    shipped), queryable; compared with the proof of concept's 40.85 s (accept) and 214.93 s
    (visible) and the 20 s goal.
    ``--arrival-projectors N`` runs N projector processes of ``--arrival-threads`` threads each
-   (this one and N - 1 spawned, as ``baml-studio projector --processes N`` runs them; the
-   projector CPU is theirs together, the step table this process's threads only).
+   (``projector.processes.run_processes``, as ``baml-studio projector --processes N`` runs
+   them; the projector CPU is theirs together, the step table this process's threads only).
    ``--arrival-threads 0`` runs the same workload with no projector: the time the profiler,
    publisher and gateway alone take to accept everything, the floor under the goal on this
    machine.
@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import functools
 import math
 import multiprocessing
 import os
@@ -65,8 +66,9 @@ from baml_studio.gateway.keys import evidence_prefix
 from baml_studio.gateway.service import load_dataplane_config
 from baml_studio.projector.evidence import EvidenceReader
 from baml_studio.projector.gather import gather_root_ended
-from baml_studio.projector.loop import run_projector
+from baml_studio.projector.loop import LoopReport, run_projector
 from baml_studio.projector.messages import parse_evidence_key
+from baml_studio.projector.processes import HELPER_NAME, ProcessesReport, run_processes
 from baml_studio.projector.project import project_executions
 from baml_studio.projector.service import Projector, ProjectorConfig, open_projector
 from baml_studio.projector.worker import ProjectorWorker, WorkerConfig
@@ -112,10 +114,16 @@ def open_worker_side(dp_dir: Path, control: Service, visibility_s: int) -> Proje
     """``open_projector`` over ``dp_dir``, its SQLite queue reopened with a visibility timeout
     of ``visibility_s`` (``dataplane.json`` has no queue settings; the default is 30 s)."""
     dp = load_dataplane_config(dp_dir, host="127.0.0.1", port=1)
-    opened = open_projector(ProjectorConfig(dp, control.url, control.token))
+    return open_with_visibility(ProjectorConfig(dp, control.url, control.token), visibility_s)
+
+
+def open_with_visibility(config: ProjectorConfig, visibility_s: int) -> Projector:
+    """``open_projector(config)`` with its SQLite queue reopened with ``visibility_s`` (also
+    the opener of the ``--arrival-projectors`` helper processes)."""
+    opened = open_projector(config)
     opened.queue.close()  # type: ignore[attr-defined]  # reason: the embedded SqliteQueue
     settings = QueueSettings(visibility_timeout_s=visibility_s)
-    queue = SqliteQueue.open(dataclasses.replace(dp.queue_config, settings=settings))
+    queue = SqliteQueue.open(dataclasses.replace(config.dataplane.queue_config, settings=settings))
     return Projector(opened.config, opened.store, queue, opened.control)
 
 
@@ -418,30 +426,6 @@ def arrival_child(
         conn.close()
 
 
-def projector_child(
-    conn: Connection, dp_dir: Path, url: str, token: str, threads: int, visibility_s: int
-) -> None:
-    """One more projector process: ``run_projector`` over the same queue, Lance and control
-    plane (as a ``projector --processes`` helper; here with the benchmark's queue settings and
-    the same wrapper for counters as this process), until the parent says stop; sends its
-    worker counters back."""
-    try:
-        control = Service(url, token, 0)
-        projector = open_worker_side(dp_dir, control, visibility_s)
-        loop = ServiceLoop(projector, threads)
-        loop.thread.start()
-        conn.send(("ready", None))
-        conn.recv()
-        loop.stop.set()
-        loop.thread.join(120.0)
-        projector.close()
-        conn.send(("ok", (loop.stats(), loop.failure)))
-    except BaseException:
-        conn.send(("error", traceback.format_exc()))
-    finally:
-        conn.close()
-
-
 def plan_for_calls(target: int, processes: int) -> tuple[int, int]:
     """The fewest executions whose planned calls reach ``target``: (executions, calls).
     Execution ``i`` is the same job whatever the count, so one plan gives every prefix."""
@@ -460,8 +444,21 @@ class ServiceLoop:
     without sweep and compaction) on a thread of this process; ``projector.worker`` is wrapped
     to keep the workers it makes, so their counters can be read while it runs."""
 
-    def __init__(self, projector: Projector, threads: int, wait_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        projector: Projector,
+        threads: int,
+        wait_s: float = 1.0,
+        *,
+        processes: int = 1,
+        visibility_s: int = 900,
+    ) -> None:
         self.workers: list[ProjectorWorker] = []
+        self.processes = processes
+        self.visibility_s = visibility_s
+        self.ready = threading.Event()
+        """Set once every process serves (helpers started and their stores open)."""
+        self.report: ProcessesReport | None = None
         make = projector.worker
 
         def worker() -> ProjectorWorker:
@@ -477,12 +474,40 @@ class ServiceLoop:
         )
 
     def _run(self, projector: Projector, threads: int, wait_s: float) -> None:
+        def run_here() -> LoopReport:
+            self.ready.set()
+            return run_projector(projector, stop=self.stop, workers=threads, wait_s=wait_s)
+
         try:
-            run_projector(projector, stop=self.stop, workers=threads, wait_s=wait_s)
+            if self.processes == 1:
+                run_here()
+            else:  # as ``baml-studio projector --processes N`` runs them
+                self.report = run_processes(
+                    projector.config,
+                    stop=self.stop,
+                    processes=self.processes,
+                    workers=threads,
+                    wait_s=wait_s,
+                    run_here=run_here,
+                    opener=functools.partial(open_with_visibility, visibility_s=self.visibility_s),
+                )
         except Exception as exc:  # reported, never hidden
             self.failure = f"{type(exc).__name__}: {exc}"
+            self.ready.set()
+
+    def helpers(self) -> list[int]:
+        """The pids of the helper processes now."""
+        return [
+            p.pid
+            for p in multiprocessing.active_children()
+            if p.name == HELPER_NAME and p.pid is not None
+        ]
 
     def stats(self) -> dict[str, int]:
+        """Every worker's counters: this process's while it runs, every process's once a
+        run on several processes has ended."""
+        if self.report is not None:
+            return dataclasses.asdict(self.report.loop.worker)
         stats: dict[str, int] = {}
         for worker in self.workers:
             for name, value in vars(worker.stats).items():
@@ -511,23 +536,20 @@ def arrival(tmp: Path, args: argparse.Namespace) -> None:
         phases.install(projector)
         warnings = LogCounter().install()
         # --arrival-threads 0: no projector, the ingest side alone (the floor under the goal)
-        loop = ServiceLoop(projector, args.arrival_threads) if args.arrival_threads else None
+        loop = (
+            ServiceLoop(
+                projector,
+                args.arrival_threads,
+                processes=args.arrival_projectors,
+                visibility_s=args.visibility_timeout,
+            )
+            if args.arrival_threads
+            else None
+        )
         if loop is not None:
             loop.thread.start()
-        extra = []
-        for _ in range(args.arrival_projectors - 1 if loop is not None else 0):
-            receiver, sender = context.Pipe(duplex=True)
-            child = context.Process(
-                target=projector_child,
-                args=(sender, tmp / "dataplane", control.url, control.token,
-                      args.arrival_threads, args.visibility_timeout),
-            )  # fmt: skip
-            child.start()
-            extra.append((child, receiver))
-        for _, receiver in extra:
-            kind, payload = receiver.recv()
-            if kind != "ready":
-                raise SystemExit(f"a projector process failed:\n{payload}")
+            loop.ready.wait()
+        helpers = [] if loop is None else loop.helpers()
         resident = Resident(control.url, control.token)
         children = []
         for index, root in enumerate(roots):
@@ -542,7 +564,7 @@ def arrival(tmp: Path, args: argparse.Namespace) -> None:
             kind, payload = receiver.recv()
             if kind != "ready":
                 raise SystemExit(f"a workload process failed:\n{payload}")
-        extra_cpu0 = sum(cpu_seconds(c.pid) for c, _ in extra)
+        helpers_cpu0 = sum(cpu_seconds(pid) for pid in helpers)
         cpu = {"projector": time.process_time(), "control": cpu_seconds(control.pid),
                "dataplane": cpu_seconds(dp.pid)}  # fmt: skip
         go_at = time.time() + 0.5
@@ -573,8 +595,8 @@ def arrival(tmp: Path, args: argparse.Namespace) -> None:
         cpu = {
             "projector": time.process_time()
             - cpu["projector"]
-            + sum(cpu_seconds(c.pid) for c, _ in extra)
-            - extra_cpu0,
+            + sum(cpu_seconds(pid) for pid in helpers)
+            - helpers_cpu0,
             "control": cpu_seconds(control.pid) - cpu["control"],
             "dataplane": cpu_seconds(dp.pid) - cpu["dataplane"],
         }
@@ -589,14 +611,6 @@ def arrival(tmp: Path, args: argparse.Namespace) -> None:
             loop.stop.set()
             loop.thread.join(2.0)
             busy = loop.thread.is_alive()
-        for child, receiver in extra:
-            receiver.send("stop")
-            kind, payload = receiver.recv()
-            if kind != "ok":
-                raise SystemExit(f"a projector process failed:\n{payload}")
-            for name, value in payload[0].items():
-                stats[name] = stats.get(name, 0) + value
-            child.join()
         left = queue_left(projector)
         for index, (child, receiver) in enumerate(children):
             if index not in reports:
@@ -607,6 +621,8 @@ def arrival(tmp: Path, args: argparse.Namespace) -> None:
             child.join()
     if loop is not None:
         loop.thread.join(120.0)
+        if loop.report is not None:  # the helpers' counts arrive when they stop
+            stats = loop.stats()
     phases.uninstall()
     warnings.uninstall()
     projector.close()

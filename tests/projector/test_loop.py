@@ -295,12 +295,17 @@ def test_receive_failures_are_retried_and_raised_in_once_mode(
 # --- the CLI shell -------------------------------------------------------------------------------
 
 
-def test_sigterm_stops_the_service_cleanly(tmp_path: Path) -> None:
+@pytest.mark.parametrize("processes", [1, 3])
+def test_sigterm_stops_the_service_cleanly(tmp_path: Path, processes: int) -> None:
+    """SIGTERM stops every process: with helpers, the last one's pid is read from its start
+    line, and it is gone once this one has exited (joined, not left running)."""
     code = "from baml_studio.cli_projector import projector_command; projector_command()"
     args = ["--data", str(tmp_path / "dp"), "--control-plane", closed_port_url(), "--wait", "0.2"]
     env = {**os.environ, "BAML_WORKLOAD_TOKEN": "token"}
+    up = "SIGTERM or Ctrl-C to stop" if processes == 1 else f"process {processes - 1} started"
+    helper: int | None = None
     with subprocess.Popen(
-        [sys.executable, "-c", code, *args],
+        [sys.executable, "-c", code, *args, "--processes", str(processes)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -308,12 +313,17 @@ def test_sigterm_stops_the_service_cleanly(tmp_path: Path) -> None:
     ) as proc:
         assert proc.stderr is not None
         for line in proc.stderr:  # ends at EOF if the process dies first
-            if "SIGTERM or Ctrl-C to stop" in line:
+            if up in line:
+                if processes > 1:
+                    helper = int(line.rsplit("(pid ", 1)[1].split(")")[0])
                 break
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err[-2000:]
-    assert json.loads(out)["messages"] == 0
+    counts = json.loads(out)
+    assert counts["messages"] == 0 and counts.get("process_restarts", 0) == 0
+    if processes > 1:
+        assert helper is not None and not Path(f"/proc/{helper}").exists()
 
 
 def test_cli_errors_exit_with_the_documented_codes(tmp_path: Path) -> None:

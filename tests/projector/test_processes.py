@@ -1,7 +1,8 @@
 """The projector on several processes (``projector.processes``, ``projector --processes``):
 helpers drain the same queue, a helper that cannot start fails the start, a helper that dies is
-started again, and SIGTERM stops every process. ``projector --processes 2 --once`` over the
-ingest path is ``test_loop.py::test_cli_once_drains_and_prints_the_counts``."""
+started again. ``projector --processes 2 --once`` over the ingest path and SIGTERM with three
+processes are in ``test_loop.py`` (``test_cli_once_drains_and_prints_the_counts``,
+``test_sigterm_stops_the_service_cleanly``)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,6 @@ import json
 import multiprocessing
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from datetime import UTC, datetime
@@ -131,32 +130,6 @@ def test_a_helper_that_dies_is_started_again_and_stopped_at_the_end(
     assert report.restarts == 1
     assert report.loop.errors == 0  # the new helper sent its counts
     assert multiprocessing.active_children() == []
-
-
-def test_sigterm_stops_every_process(tmp_path: Path) -> None:
-    code = "from baml_studio.cli_projector import projector_command; projector_command()"
-    args = ["--data", str(tmp_path / "dp"), "--control-plane", closed_port_url(), "--wait", "0.2"]
-    env = {**os.environ, "BAML_WORKLOAD_TOKEN": "token"}
-    helper: int | None = None
-    with subprocess.Popen(
-        [sys.executable, "-c", code, *args, "--processes", "3"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as proc:
-        assert proc.stderr is not None
-        for line in proc.stderr:  # ends at EOF if the process dies first
-            if "projector process 2 started (pid " in line:
-                helper = int(line.rsplit("(pid ", 1)[1].split(")")[0])
-                break  # the helpers are up once the last one says so
-        assert helper is not None
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err[-2000:]
-    counts = json.loads(out)
-    assert counts["messages"] == 0 and counts["process_restarts"] == 0
-    assert not Path(f"/proc/{helper}").exists()  # joined, not left running
 
 
 def test_cli_refuses_a_bad_process_count_and_processes_on_an_object_store(

@@ -59,6 +59,8 @@ RESTART_BACKOFF_MAX_S = 60.0
 STABLE_S = 60.0
 """A helper that served this long before it died is restarted after the shortest backoff."""
 READY_TIMEOUT_S = 120.0
+HELPER_NAME = "baml-projector-helper"
+"""The helper processes' name (``multiprocessing``'s, not the OS's)."""
 
 
 class HelperFailed(BamlStudioError):
@@ -223,7 +225,7 @@ def run_processes(
         process = context.Process(
             target=helper_main,
             args=(theirs, index, config, opener, workers, wait_s, once),
-            name="baml-projector-helper",
+            name=HELPER_NAME,
             daemon=False,
         )
         process.start()
