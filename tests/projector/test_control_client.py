@@ -3,6 +3,7 @@ for throttling and protocol faults, small Starlette stubs."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import threading
@@ -604,3 +605,49 @@ def test_owned_client_takes_a_2xx_batch_answer_without_json_as_unavailable() -> 
         assert "put_batch" in str(caught.value) and "without a JSON object" in str(caught.value)
         assert client._async_sender is not None
     assert {r.method for r in sent} == {"PUT"}
+
+
+def test_owned_client_keeps_exactly_concurrency_in_flight_and_raises_the_earliest_failure() -> None:
+    """The asyncio sender's senders share one iterator: never more than ``concurrency``
+    batches in flight, that many while enough remain, acks in order; after failures no batch
+    starts and the earliest failed batch's error is raised."""
+    state = {"now": 0, "most": 0}
+    started: list[str] = []
+    failing: set[str] = set()
+
+    async def put(request: Request) -> Response:
+        batch_id = request.path_params["batch_id"]
+        started.append(batch_id)
+        state["now"] += 1
+        state["most"] = max(state["most"], state["now"])
+        await request.body()
+        if batch_id not in failing:  # the failures answer first
+            await asyncio.sleep(0.1)
+        state["now"] -= 1
+        if batch_id in failing:
+            code = f"refused_{batch_id}"
+            error = {"code": code, "message": "no", "request_id": "r"}
+            return JSONResponse({"error": error}, status_code=400)
+        answer = {
+            "batch_id": batch_id,
+            "root_id": request.headers["x-baml-root-id"],
+            "generation": "gen_1",
+            "row_count": 1,
+            "content_digest": request.headers["x-baml-content-digest"],
+            "state": "visible",
+        }
+        return JSONResponse(answer, status_code=201)
+
+    app = Starlette(routes=[Route("/projection-batches/{batch_id}", put, methods=["PUT"])])
+    batches = [public_batch("calls_v1", f"exec_c{i:02d}") for i in range(10)]
+    with serve(app) as url, owned_client(url, "token", []) as client:
+        acks = client.put_batches(SCOPE_A, "gen_1", batches, concurrency=4)
+        assert [a.batch_id for a in acks] == [b.batch_id for b in batches]
+        assert state["most"] == 4
+        started.clear()
+        failing.update({batches[2].batch_id, batches[1].batch_id})
+        with pytest.raises(ControlPlaneRefused) as caught:
+            client.put_batches(SCOPE_A, "gen_1", batches, concurrency=4)
+        assert caught.value.code == f"refused_{batches[1].batch_id}"
+        assert started and set(started) <= {b.batch_id for b in batches[:4]}
+        assert len(started) == 4  # the first four at once; none after the failures
