@@ -612,6 +612,7 @@ def test_owned_client_keeps_exactly_concurrency_in_flight_and_raises_the_earlies
     batches in flight, that many while enough remain, acks in order; after failures no batch
     starts and the earliest failed batch's error is raised."""
     state = {"now": 0, "most": 0}
+    delay = [0.05]  # how long a success takes: long once failures must answer first
     started: list[str] = []
     failing: set[str] = set()
 
@@ -622,7 +623,7 @@ def test_owned_client_keeps_exactly_concurrency_in_flight_and_raises_the_earlies
         state["most"] = max(state["most"], state["now"])
         await request.body()
         if batch_id not in failing:  # the failures answer first
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(delay[0])
         state["now"] -= 1
         if batch_id in failing:
             code = f"refused_{batch_id}"
@@ -645,6 +646,7 @@ def test_owned_client_keeps_exactly_concurrency_in_flight_and_raises_the_earlies
         assert [a.batch_id for a in acks] == [b.batch_id for b in batches]
         assert state["most"] == 4
         started.clear()
+        delay[0] = 0.5
         failing.update({batches[2].batch_id, batches[1].batch_id})
         with pytest.raises(ControlPlaneRefused) as caught:
             client.put_batches(SCOPE_A, "gen_1", batches, concurrency=4)
