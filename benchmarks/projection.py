@@ -7,7 +7,8 @@
 Every service runs in its own process, as deployed (``projection_rig.py``): the data plane
 (``serve dataplane``: directory bucket + SQLite queue), the control plane (``serve control``:
 SQLite metastore + chDB), each under a temp dir; the projector (``projector.service``:
-``open_projector`` over the data-plane directory, Lance under it) runs in this process.
+``open_projector`` over the data-plane directory, Lance under it) runs in this process, its
+garbage collector tuned as ``baml-studio projector`` tunes its own (``servergc``).
 
 1. **Throughput.** A store of ``--executions`` seeded workload executions (2 processes) is
    shipped once by the real publisher through the gateway; the bucket and queue are then
@@ -75,6 +76,7 @@ from baml_studio.projector.worker import ProjectorWorker, WorkerConfig
 from baml_studio.publisher import Publisher
 from baml_studio.queue.config import QueueSettings
 from baml_studio.queue.sqlite import SqliteQueue
+from baml_studio.servergc import tune_for_serving
 from baml_studio.workload import plan_workload, run_workload
 from projection_rig import (
     SCOPE,
@@ -778,6 +780,7 @@ def main() -> None:
     parser.add_argument("--skip-arrival", action="store_true")
     parser.add_argument("--keep", type=Path, help="work under this directory and keep it")
     args = parser.parse_args()
+    tune_for_serving()  # the projector runs here: its collector as the CLI's (servergc)
     print(machine())
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)

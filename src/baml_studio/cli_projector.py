@@ -33,6 +33,7 @@ from baml_studio.cli_projector_common import EXIT_UNAVAILABLE, opened, projector
 from baml_studio.format.errors import BamlStudioError
 from baml_studio.projector.maintenance import MaintenanceReport, sweep_scopes
 from baml_studio.projector.service import Projector, ProjectorConfig
+from baml_studio.servergc import tuned_for_serving
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ def projector_command(
         raise click.BadParameter(str(exc), param_hint="--processes") from exc
     stop = threading.Event()
     wait = (1 if once else 10) if wait_s is None else wait_s
-    with opened(config) as projector:
+    with opened(config) as projector, tuned_for_serving():  # a serving process's collector
 
         def run_here() -> LoopReport:
             if once:

@@ -7,6 +7,8 @@ processes are in ``test_loop.py`` (``test_cli_once_drains_and_prints_the_counts`
 from __future__ import annotations
 
 import dataclasses
+import functools
+import gc
 import json
 import multiprocessing
 import os
@@ -25,11 +27,12 @@ from baml_studio.cli_projector import projector_command
 from baml_studio.gateway.keys import pack_key
 from baml_studio.gateway.service import load_dataplane_config
 from baml_studio.objectstore.notifications import s3_event
-from baml_studio.projector import processes
+from baml_studio.projector import loop, processes
 from baml_studio.projector.loop import LoopReport
 from baml_studio.projector.processes import HelperFailed, run_processes
 from baml_studio.projector.service import Projector, ProjectorConfig, open_projector
 from baml_studio.projector.worker import WorkerConfig
+from baml_studio.servergc import THRESHOLDS
 
 
 def local_config(tmp_path: Path) -> ProjectorConfig:
@@ -146,3 +149,53 @@ def test_cli_refuses_a_bad_process_count_and_processes_on_an_object_store(
             dataclasses.replace(local_config(tmp_path), derived_root="s3://b/derived/v1"),
             stop=threading.Event(), processes=2, workers=1, wait_s=0, run_here=LoopReport,
         )  # fmt: skip
+
+
+def open_and_report_gc(out: Path, config: ProjectorConfig) -> Projector:
+    """An opener for a helper that writes its process's collector settings to ``out`` when
+    the helper closes its projector (after serving)."""
+    projector = open_projector(config)
+    close = projector.close
+
+    def report_and_close() -> None:
+        out.write_text(json.dumps([gc.get_freeze_count(), *gc.get_threshold()]))
+        close()
+
+    projector.close = report_and_close  # type: ignore[method-assign]  # reason: a probe
+    return projector
+
+
+def test_a_helper_serves_with_the_servers_collector_settings(tmp_path: Path) -> None:
+    out = tmp_path / "helper-gc.json"
+    run_processes(
+        local_config(tmp_path),
+        stop=threading.Event(),
+        processes=2,
+        workers=1,
+        wait_s=0.1,
+        once=True,
+        run_here=LoopReport,
+        opener=functools.partial(open_and_report_gc, out),
+    )
+    frozen, *threshold = json.loads(out.read_text())
+    assert frozen > 0  # what it built at start is out of the collector's way
+    assert tuple(threshold) == THRESHOLDS
+
+
+def test_the_cli_serves_with_the_servers_collector_settings_and_restores_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[tuple[int, ...]] = []
+
+    def run_projector(projector: Projector, **_: object) -> LoopReport:
+        seen.append((gc.get_freeze_count(), *gc.get_threshold()))
+        return LoopReport()
+
+    monkeypatch.setattr(loop, "run_projector", run_projector)
+    before = (gc.get_freeze_count(), *gc.get_threshold())
+    base = ["--data", str(tmp_path / "dp"), "--control-plane", closed_port_url(), "--token", "t"]
+    result = CliRunner().invoke(projector_command, [*base, "--once"])
+    assert result.exit_code == 0, result.output
+    assert len(seen) == 1
+    assert seen[0][0] > before[0] and seen[0][1:] == THRESHOLDS
+    assert (gc.get_freeze_count(), *gc.get_threshold()) == before  # this process's own again

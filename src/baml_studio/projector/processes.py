@@ -50,6 +50,7 @@ from multiprocessing.process import BaseProcess
 from baml_studio.format.errors import BamlStudioError
 from baml_studio.projector.loop import LoopReport, run_projector, summed
 from baml_studio.projector.service import Projector, ProjectorConfig, open_projector
+from baml_studio.servergc import tune_for_serving
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +103,7 @@ def helper_main(
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         conn.close()
         return
+    tune_for_serving()  # a process that only serves: its collector as the servers' (servergc)
     stop = threading.Event()
 
     def listen() -> None:
