@@ -5,7 +5,9 @@ the synchronous path hold until the batch is decided, even when its caller stops
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import weakref
 from collections.abc import Iterator
 
 import pytest
@@ -13,6 +15,7 @@ from facts_testkit import SCOPE_A, key, open_store, sample_rows
 
 from baml_studio.apierrors import ApiError, Conflict
 from baml_studio.control.facts import BatchConflict, BatchResult, FactStore
+from baml_studio.control.facts.coalesce import Pending
 from baml_studio.gateway.config import Scope
 
 
@@ -171,3 +174,36 @@ def test_repeats_from_the_cache_share_groups_and_generation_checks(
     refused = asyncio.run(put_all("d"))
     assert all(isinstance(r, Conflict) and r.code == "inactive_generation" for r in refused)
     assert lookups == 0 and len(store._key_locks) == 0  # reason: every lock released
+
+
+def test_a_decided_batch_is_freed_without_the_cycle_collector(
+    store: FactStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing of a put stays in a reference cycle once it is answered: its rows and its
+    item go when the caller lets go, not at the next collection (a cycle per batch made the
+    control plane's young collections ~100 ms each, freeing ~50,000 objects every time)."""
+    items: list[weakref.ref[Pending]] = []
+    enqueue = store._coalescer.enqueue
+
+    def watched(item: Pending) -> None:
+        items.append(weakref.ref(item))
+        enqueue(item)
+
+    monkeypatch.setattr(store._coalescer, "enqueue", watched)
+    rows = sample_rows("calls_v1", 3)
+
+    async def main() -> list[BatchResult]:
+        return [
+            await store.put_batch_async(key("calls_v1", f"r{i}"), rows, f"sha256:{i}")
+            for i in range(3)
+        ]
+
+    gc.collect()
+    gc.disable()
+    try:
+        assert asyncio.run(main()) == [BatchResult("created", 3)] * 3
+        store._coalescer.close()  # its flusher's frame lets go of the last group
+        assert len(items) == 3
+        assert [ref() for ref in items] == [None, None, None]
+    finally:
+        gc.enable()

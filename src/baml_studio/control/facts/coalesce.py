@@ -154,23 +154,27 @@ class Coalescer:
             group = self._next_group()
             if group is None:
                 return
-            if not group:
-                continue
-            try:
-                self.write_group(group)
-            except Exception as exc:  # every undecided caller of the group gets the failure
-                for item in group:
-                    if not item.decided:
-                        item.error, item.group_failed = exc, True
-            finally:
-                wakers: dict[int, tuple[Waker, list[Pending]]] = {}
-                for item in group:
-                    if item.done is not None:
-                        item.done.set()
-                    if item.waker is not None:
-                        wakers.setdefault(id(item.waker), (item.waker, []))[1].append(item)
-                for waker, items in wakers.values():
-                    waker.wake(items)
+            if group:
+                self._write(group)
+            del group  # not held (rows and all) while the next group gathers
+
+    def _write(self, group: list[Pending]) -> None:
+        """Write ``group``, then tell its callers (each one's failure if the write failed)."""
+        try:
+            self.write_group(group)
+        except Exception as exc:  # every undecided caller of the group gets the failure
+            for item in group:
+                if not item.decided:
+                    item.error, item.group_failed = exc, True
+        finally:
+            wakers: dict[int, tuple[Waker, list[Pending]]] = {}
+            for item in group:
+                if item.done is not None:
+                    item.done.set()
+                if item.waker is not None:
+                    wakers.setdefault(id(item.waker), (item.waker, []))[1].append(item)
+            for waker, items in wakers.values():
+                waker.wake(items)
 
     def linger_for(self, waiting: int) -> float:
         """Seconds a flusher lingers when it finds ``waiting`` batches queued."""

@@ -427,6 +427,9 @@ class _LoopWaker:
 
 
 def _settle_all(items: Sequence[Pending]) -> None:
+    """Run each item's ``settle`` once, dropping it from the item first: it closes over the
+    item, and that cycle would keep the item and its rows alive until a cycle collection."""
     for item in items:
-        if item.settle is not None:
-            item.settle()
+        settle, item.settle = item.settle, None
+        if settle is not None:
+            settle()
