@@ -125,8 +125,11 @@ class _Timed:
         while True:
             try:
                 if to_throw is not None:
-                    exc, to_throw = to_throw, None
-                    yielded = coro.throw(exc)
+                    thrown, to_throw = to_throw, None
+                    try:
+                        yielded = coro.throw(thrown)
+                    finally:
+                        del thrown  # its traceback will hold this frame: no cycle through it
                 else:
                     yielded = coro.send(to_send)
             except StopIteration as stop:

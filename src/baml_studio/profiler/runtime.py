@@ -258,6 +258,9 @@ class Recorder:
                 return
             ex.closed = True
             ex.ended_ns = now
+            # nothing is thrown in it any more; each exception's traceback holds frames that
+            # hold this execution, and that cycle would keep them all (and their locals)
+            ex.throws.clear()
             self.open_executions -= 1
         self.events.append((ev.ROOT_ENDED, ex))
 
