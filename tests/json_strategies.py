@@ -45,6 +45,10 @@ EXAMPLES = (
 )
 """One of each kind the fuzz strategies draw from, for explicit example tests."""
 
+UNPARSEABLE = (b"[" * 100_000, b'{"a":' * 3000 + b"1" + b"}" * 3000, b"1" * 5000)
+"""The audit's bodies ``json.loads`` cannot read: arrays and objects nested past the recursion
+limit (``RecursionError``), and an integer over Python's 4300 digits (``ValueError``)."""
+
 
 def _nested(depth: int, closed: bool, opener: str) -> str:
     closer = {"[": "]", '{"a":': "}"}[opener]
