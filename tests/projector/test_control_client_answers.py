@@ -18,10 +18,7 @@ from baml_studio.projector.errors import (
     ControlPlaneUnavailable,
     ProjectorError,
 )
-from json_strategies import HOSTILE_BYTES, JSON_VALUES, shaped
-
-UNPARSEABLE = [b"[" * 100_000, b'{"a":' * 3000 + b"1" + b"}" * 3000, b"1" * 5000]
-"""Nesting past the recursion limit, and an integer over 4300 digits."""
+from json_strategies import HOSTILE_BYTES, JSON_VALUES, UNPARSEABLE, shaped
 
 
 def _client(status: int, body: bytes) -> ControlClient:
