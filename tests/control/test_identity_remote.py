@@ -185,6 +185,23 @@ def test_http_error_status_and_bad_json_keep_the_last_good_copy(clock: Clock) ->
         assert keys.get(ring.active) is not None
 
 
+@pytest.mark.parametrize(
+    "body", [b"[" * 100_000, b'{"keys":' * 3000 + b"[]" + b"}" * 3000, b'{"keys": ' + b"1" * 5000]
+)
+def test_a_document_that_cannot_be_parsed_keeps_the_last_good_copy(
+    clock: Clock, body: bytes
+) -> None:
+    ring = KeyRing.generate("EdDSA")
+    answers = iter(
+        [httpx.Response(200, json=jwks_document(ring)), httpx.Response(200, content=body)]
+    )
+    client = httpx.Client(transport=httpx.MockTransport(lambda request: next(answers)))
+    keys = RemoteKeySet(URL, client=client, clock=clock, ttl_s=1, refetch_interval_s=1)
+    assert keys.get(ring.active) is not None
+    clock.now += 1
+    assert keys.get(ring.active) is not None
+
+
 def test_control_url_must_be_http() -> None:
     with pytest.raises(ValueError):
         RemoteKeySet("control.test")

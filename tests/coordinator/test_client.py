@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 from coordinator_stub import ROWS, TOKEN, StubCoordinator, outcome
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from baml_studio.coordinator.client import (
@@ -23,6 +23,7 @@ from baml_studio.coordinator.client import (
     RemoteResult,
 )
 from baml_studio.coordinator.run import QueryRequest, RequestBudget, outcome_line, row_line
+from json_strategies import HOSTILE_BYTES, UNPARSEABLE
 from projector.projector_control_rig import closed_port_url
 
 UUID7 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
@@ -255,3 +256,35 @@ def test_any_bytes_end_in_an_outcome_never_an_exception(raw: bytes, with_end: bo
     assert final["resultState"] in ("complete", "incomplete")
     assert final["rowsStreamed"] == len(rows) or final["resultState"] == "complete"
     assert all(isinstance(row, dict) for row in rows)
+
+
+@pytest.mark.parametrize("line", UNPARSEABLE)
+def test_a_line_that_cannot_be_parsed_ends_the_stream_incomplete(line: bytes) -> None:
+    result = _result_of([b"{}\n", line + b"\n"])
+    assert list(result) == [{}]
+    final = result.outcome()
+    assert final["resultState"] == "incomplete" and final["rowsStreamed"] == 1
+    assert "line 2 is not JSON" in final["error"]["message"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(HOSTILE_BYTES, min_size=1, max_size=3))
+def test_fuzz_hostile_lines_end_in_an_outcome_never_an_exception(lines: list[bytes]) -> None:
+    result = _result_of([line + b"\n" for line in lines])
+    rows = list(result)
+    assert result.outcome()["resultState"] in ("complete", "incomplete")
+    assert all(isinstance(row, dict) for row in rows)
+
+
+@pytest.mark.parametrize("status", [200, 400, 503])
+@pytest.mark.parametrize("body", UNPARSEABLE)
+def test_an_answer_that_cannot_be_parsed_is_a_typed_error(status: int, body: bytes) -> None:
+    transport = httpx.MockTransport(lambda _: httpx.Response(status, content=body))
+    with (
+        httpx.Client(transport=transport) as http,
+        CoordinatorClient("http://coordinator", TOKEN, client=http) as client,
+        pytest.raises(CoordinatorProtocolError if status == 200 else CoordinatorError) as caught,
+    ):
+        client.get_job("job_1")
+    if status != 200:
+        assert caught.value.code == f"http_{status}"

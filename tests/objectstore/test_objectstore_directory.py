@@ -3,6 +3,7 @@ concurrency, I/O failures and the presigned-PUT handler as a pure function."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -11,6 +12,8 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from objectstore_harness import SECRET, MutableClock, md5, sha
 
 from baml_studio.objectstore import (
@@ -26,6 +29,7 @@ from baml_studio.objectstore import (
 from baml_studio.objectstore import dirfs as dirfs_module
 from baml_studio.objectstore.config import DirectoryBucketConfig
 from baml_studio.objectstore.directory import DirectoryBucket
+from json_strategies import HOSTILE_BYTES, UNPARSEABLE, shaped
 
 DATA = b"directory bucket bytes"
 
@@ -181,6 +185,46 @@ def test_a_file_without_sidecar_is_reported_corrupt(bucket: DirectoryBucket) -> 
     (bucket.path / "objects/sized").write_bytes(DATA + b"more")
     with pytest.raises(ObjectStoreCorrupt, match="changed outside"):
         bucket.head("sized")
+
+
+@pytest.mark.parametrize(
+    "sidecar",
+    [
+        *UNPARSEABLE,
+        b'{"size": 1e400, "sha256": "x", "version_id": "v", "etag": "e"}',
+        b'{"size": NaN, "sha256": "x", "version_id": "v", "etag": "e"}',
+    ],
+)
+def test_a_sidecar_that_cannot_be_read_is_reported_corrupt(
+    bucket: DirectoryBucket, sidecar: bytes
+) -> None:
+    bucket.put_if_absent("k", DATA, sha(DATA))
+    (bucket.path / "meta/k").write_bytes(sidecar)
+    with pytest.raises(ObjectStoreCorrupt, match="no readable metadata sidecar"):
+        bucket.head("k")
+
+
+SIDECAR = shaped(
+    {
+        "size": st.just(len(DATA)) | st.floats() | st.integers(),
+        "sha256": st.just(sha(DATA)),
+        "version_id": st.just("v1"),
+        "etag": st.just(md5(DATA)),
+    },
+    extra=False,
+)
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(HOSTILE_BYTES | SIDECAR.map(lambda value: json.dumps(value).encode()))
+def test_fuzz_sidecars_read_or_are_corrupt(bucket: DirectoryBucket, sidecar: bytes) -> None:
+    if not (bucket.path / "meta/k").exists():
+        bucket.put_if_absent("k", DATA, sha(DATA))
+    (bucket.path / "meta/k").write_bytes(sidecar)
+    with contextlib.suppress(ObjectStoreCorrupt):
+        assert bucket.head("k").size == len(DATA)
 
 
 def test_on_created_sees_each_new_object_once(tmp_path: Path) -> None:

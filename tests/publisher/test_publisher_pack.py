@@ -22,6 +22,8 @@ from baml_studio.publisher.errors import (
     PackUnsupportedVersion,
 )
 from baml_studio.publisher.pack import (
+    _HEAD,
+    PACK_MAGIC,
     PACK_VERSION,
     canonical_json,
     decode_pack,
@@ -31,6 +33,7 @@ from baml_studio.publisher.pack import (
     pack_body,
     pack_body_verified,
 )
+from json_strategies import HOSTILE_BYTES, JSON_VALUES, shaped
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "formats.md"
 bodies = st.lists(st.binary(max_size=200), min_size=1, max_size=12)
@@ -136,3 +139,40 @@ def test_fuzz_mutated_pack(data: st.DataObject) -> None:
     for candidate in (bytes(body), bytes(body[:cut])):
         with contextlib.suppress(PackError):
             decode_pack(_frame(candidate))
+
+
+def _with_manifest(manifest: bytes) -> bytes:
+    return _HEAD.pack(PACK_MAGIC, PACK_VERSION, len(manifest)) + manifest
+
+
+@pytest.mark.parametrize("manifest", [b"[" * 100_000, b'{"a":' * 3000 + b"1" + b"}" * 3000])
+def test_a_manifest_nested_too_deeply_is_invalid(manifest: bytes) -> None:
+    for decode, data in ((decode_pack_body, _with_manifest(manifest)),
+                         (decode_pack, _frame(_with_manifest(manifest)))):  # fmt: skip
+        with pytest.raises(PackManifestInvalid, match="too deeply"):
+            decode(data)
+
+
+ROW = shaped(
+    {
+        "cid": st.sampled_from(["ab" * 32, "AB" * 32]),
+        "codec": st.integers(0, 2),
+        "length": st.integers(),
+        "offset": st.integers(),
+        "sha256": st.just("cd" * 32),
+    }
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    HOSTILE_BYTES
+    | shaped({"entries": st.lists(ROW, max_size=3), "version": st.just(PACK_VERSION)}).map(
+        canonical_json
+    )
+    | JSON_VALUES.map(canonical_json),
+    st.binary(max_size=100),
+)
+def test_fuzz_manifest_only_pack_errors(manifest: bytes, entries: bytes) -> None:
+    with contextlib.suppress(PackError):
+        decode_pack_body(_with_manifest(manifest) + entries)

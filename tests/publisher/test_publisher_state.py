@@ -3,7 +3,9 @@ concurrent flush."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 import threading
 import warnings
 from collections.abc import Mapping
@@ -11,13 +13,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
 from publisher_env import TOKEN, FakeEnv
 from publisher_fake_gateway import DEFAULT_CONFIG, PREFIX
 
 from baml_studio.publisher import GatewayClient, PublisherConfig, PublishState, collect_flush
 from baml_studio.publisher.client import Authorized, PutOutcome
 from baml_studio.publisher.flush import run_flush
-from baml_studio.publisher.state import COMPACT_MIN_LINES, LedgerDamaged, marker_path
+from baml_studio.publisher.state import (
+    COMPACT_MIN_LINES,
+    LedgerDamaged,
+    StateCorrupt,
+    marker_path,
+)
+from json_strategies import HOSTILE_BYTES, UNPARSEABLE
 
 A, B, C = bytes([1]) * 32, bytes([2]) * 32, bytes([3]) * 32
 
@@ -151,3 +160,30 @@ def test_concurrent_flush_keeps_the_phase_order(fake_env: FakeEnv, demo_store: P
         assert meta == sorted(meta) and len(meta) == len(batch.meta)
         assert max(puts.index(k) for k in data) < min(puts.index(k) for k in meta)
     assert set(state.shipped().values()) == {50}
+
+
+@pytest.mark.parametrize("body", UNPARSEABLE)
+def test_a_cursor_or_journal_that_cannot_be_parsed_is_state_corrupt(
+    tmp_path: Path, body: bytes
+) -> None:
+    state = PublishState(tmp_path)
+    state.dir.mkdir(parents=True)
+    state.cursor_path(A).write_bytes(body)
+    state.journal_path.write_bytes(body)
+    with pytest.raises(StateCorrupt, match="is not JSON"):
+        state.read_cursor(A)
+    with pytest.raises(StateCorrupt, match="is not JSON"):
+        state.read_journal()
+
+
+@settings(max_examples=100, deadline=None)
+@given(HOSTILE_BYTES)
+def test_fuzz_cursor_and_journal_files_read_or_are_state_corrupt(body: bytes) -> None:
+    with tempfile.TemporaryDirectory() as root:
+        state = PublishState(Path(root))
+        state.dir.mkdir(parents=True)
+        state.cursor_path(A).write_bytes(body)
+        state.journal_path.write_bytes(body)
+        for read in (lambda: state.read_cursor(A), state.read_journal):
+            with contextlib.suppress(StateCorrupt):
+                read()

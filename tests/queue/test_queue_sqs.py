@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import uuid
@@ -9,6 +10,8 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from baml_studio.queue import (
     InvalidQueueArgument,
@@ -20,7 +23,13 @@ from baml_studio.queue import (
     SqsQueueConfig,
     open_queue,
 )
-from baml_studio.queue.sqs import SqsQueue, ensure_queues, wrap_botocore_error
+from baml_studio.queue.sqs import (
+    SqsQueue,
+    ensure_queues,
+    find_dead_letter_url,
+    wrap_botocore_error,
+)
+from json_strategies import HOSTILE_TEXT, JSON_VALUES, UNPARSEABLE, shaped
 from ministack_fixture import client
 
 
@@ -132,3 +141,48 @@ def test_receipt_codes_map_to_receipt_invalid_only_with_a_receipt() -> None:
     error = _client_error("ReceiptHandleIsInvalid", 400)
     assert isinstance(wrap_botocore_error(error, "q", "r"), ReceiptInvalid)
     assert isinstance(wrap_botocore_error(error, "q"), QueueRequestFailed)
+
+
+class _RedriveSqs:
+    """Just enough of an SQS client for ``find_dead_letter_url``: one RedrivePolicy."""
+
+    def __init__(self, policy: str) -> None:
+        self.policy = policy
+
+    def get_queue_attributes(self, **_: Any) -> dict[str, Any]:
+        return {"Attributes": {"RedrivePolicy": self.policy}}
+
+    def get_queue_url(self, **names: str) -> dict[str, str]:
+        account, name = names["QueueOwnerAWSAccountId"], names["QueueName"]
+        return {"QueueUrl": f"https://sqs.test/{account}/{name}"}
+
+
+def test_a_redrive_policy_names_the_dead_letter_queue() -> None:
+    policy = json.dumps({"deadLetterTargetArn": "arn:aws:sqs:eu-west-1:123456789012:q-dlq"})
+    assert find_dead_letter_url(_RedriveSqs(policy), "q") == "https://sqs.test/123456789012/q-dlq"
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        *(body.decode() for body in UNPARSEABLE),
+        json.dumps({"deadLetterTargetArn": ["arn:aws:sqs:eu-west-1:1:q-dlq"]}),
+        '{"deadLetterTargetArn": ' + "[" * 990 + "]" * 990 + "}",
+    ],
+)
+def test_a_redrive_policy_that_cannot_be_read_is_invalid(policy: str) -> None:
+    with pytest.raises(QueueRequestFailed, match="cannot read RedrivePolicy"):
+        find_dead_letter_url(_RedriveSqs(policy), "q")
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    HOSTILE_TEXT
+    | shaped({"deadLetterTargetArn": st.text(alphabet=":ab", max_size=12) | JSON_VALUES}).map(
+        json.dumps
+    )
+)
+def test_fuzz_redrive_policies(policy: str) -> None:
+    with contextlib.suppress(QueueRequestFailed):
+        url = find_dead_letter_url(_RedriveSqs(policy), "q")
+        assert url.startswith("https://sqs.test/") if policy else url is None

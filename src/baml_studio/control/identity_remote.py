@@ -33,6 +33,7 @@ import httpx
 
 from baml_studio.apierrors import DependencyUnavailable
 from baml_studio.gateway.tokens import PublicKey
+from baml_studio.jsontext import parse_json
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +185,7 @@ class RemoteKeySet:
         response = self._client.get(url, headers={"Accept": "application/json"})
         if response.status_code != httpx.codes.OK:
             raise _BadDocument(f"HTTP {response.status_code}")
-        return response.json()
+        return parse_json(response.content, _BadDocument)
 
     def _fetch_keys(self, url: str) -> dict[str, PublicKey]:
         document = self._get_json(url)

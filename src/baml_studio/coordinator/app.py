@@ -12,7 +12,6 @@ origins wraps the whole app (:func:`with_cors`).
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -32,6 +31,7 @@ from baml_studio.control.identity import UserIdentity
 from baml_studio.coordinator.run import QueryRequest, QueryRun
 from baml_studio.httpbody import read_body
 from baml_studio.httproutes import REQUEST_ID_HEADER, Refusals
+from baml_studio.jsontext import parse_json
 
 log = logging.getLogger(__name__)
 NDJSON = "application/x-ndjson"
@@ -142,10 +142,11 @@ async def _body(stream: LineStream) -> AsyncIterator[bytes]:
 
 
 def _json(raw: bytes) -> Any:
-    try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadRequest(f"the request body is not JSON: {exc}") from exc
+    return parse_json(raw, _not_json)
+
+
+def _not_json(reason: str) -> BadRequest:
+    return BadRequest(f"the request body is not JSON: {reason}")
 
 
 def with_cors(app: ASGIApp, origins: tuple[str, ...]) -> ASGIApp:

@@ -16,7 +16,6 @@ methods are the enclosing app's to answer.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +27,7 @@ from starlette.routing import Route
 
 from baml_studio.apierrors import BadRequest
 from baml_studio.control.identity import UserIdentity
+from baml_studio.coordinator.app import _json
 from baml_studio.coordinator.jobs import JobManager
 from baml_studio.coordinator.run import QueryRequest
 from baml_studio.httpbody import read_body
@@ -102,10 +102,7 @@ def job_routes(
 
 def parse_job_request(body: bytes) -> QueryRequest:
     """The ``ExecuteQueryRequest`` of a job: valid JSON, ``mode`` background or absent."""
-    try:
-        raw: Any = json.loads(body)
-    except ValueError as exc:
-        raise BadRequest(f"the request body is not JSON: {exc}") from exc
+    raw: Any = _json(body)
     query = QueryRequest.from_json(raw)
     if raw.get("mode", "background") != "background":
         raise BadRequest(

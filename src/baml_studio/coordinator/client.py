@@ -26,7 +26,6 @@ No request is retried automatically: a person or agent at the CLI reruns it (a j
 from __future__ import annotations
 
 import dataclasses
-import json
 import uuid
 from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import Any
@@ -37,6 +36,7 @@ import httpx
 from baml_studio.coordinator.run import QueryRequest
 from baml_studio.format.errors import BamlStudioError
 from baml_studio.httpclient import check_base_url, new_request_id
+from baml_studio.jsontext import parse_json
 
 STREAM_INCOMPLETE = "stream_incomplete"
 UNKNOWN = "unknown"
@@ -197,12 +197,12 @@ class RemoteResult:
         line = next(self._lines, None)
         if line is None:
             raise _StreamBroken(f"the stream ended after {self._rows} rows without an outcome")
-        try:
-            item = json.loads(line)
-        except ValueError:
-            raise _StreamBroken(f"line {self._rows + 1} is not JSON: {line[:80]!r}") from None
+        number = self._rows + 1
+        item = parse_json(
+            line, lambda _: _StreamBroken(f"line {number} is not JSON: {line[:80]!r}")
+        )
         if not isinstance(item, dict):
-            raise _StreamBroken(f"line {self._rows + 1} is not a JSON object: {line[:80]!r}")
+            raise _StreamBroken(f"line {number} is not a JSON object: {line[:80]!r}")
         outcome = item.get("queryOutcome")
         if len(item) != 1 or not isinstance(outcome, dict):
             return item
@@ -380,10 +380,10 @@ def answer_object(
     """The JSON object of a success answer about ``what`` (``job``), or
     :class:`CoordinatorProtocolError` when it is not JSON or not ``schema`` (``a QueryJob``):
     an object that ``fits``."""
-    try:
-        body = json.loads(response.content)
-    except ValueError as exc:
-        raise CoordinatorProtocolError(f"the {what} answer is not JSON: {exc}") from exc
+    body = parse_json(
+        response.content,
+        lambda reason: CoordinatorProtocolError(f"the {what} answer is not JSON: {reason}"),
+    )
     if not isinstance(body, dict) or not fits(body):
         raise CoordinatorProtocolError(f"the {what} answer is not {schema}: {body!r:.200}")
     return body
@@ -402,7 +402,7 @@ def _error(response: httpx.Response, request_id: str) -> CoordinatorError:
     status = response.status_code
     transient = status in (429, 503)
     try:
-        body = json.loads(response.content)
+        body = parse_json(response.content, ValueError)
     except (ValueError, httpx.ResponseNotRead):
         body = None
     error = body.get("error") if isinstance(body, dict) else None

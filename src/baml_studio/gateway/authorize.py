@@ -25,7 +25,6 @@ Scope comes only from the verified token. Each distinct key gets exactly one ``h
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections import Counter
@@ -56,6 +55,7 @@ from baml_studio.gateway.models import (
     ValueUploadObject,
 )
 from baml_studio.gateway.tokens import PublisherIdentity, PublisherTokenVerifier
+from baml_studio.jsontext import parse_json
 from baml_studio.objectstore.errors import ObjectNotFound, ObjectStoreError
 from baml_studio.objectstore.port import ObjectInfo, ObjectStore
 
@@ -191,10 +191,7 @@ class Gateway:
                 f"{self._config.max_request_bytes}; split the flush into several requests",
                 code="request_too_large",
             )
-        try:
-            raw = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise BadRequest(f"the body is not JSON: {exc}", code="invalid_json") from exc
+        raw = parse_json(body, _not_json)
         if not isinstance(raw, dict):
             raise BadRequest("the body must be a JSON object", code="invalid_json")
         for name, part in SCOPE_BODY_FIELDS.items():
@@ -329,6 +326,10 @@ def _check_scope_value(scope: Scope, part: str, value: object, *, where: str) ->
             code="scope_mismatch",
             details={"field": where, "token_scope": scope.as_dict()},
         )
+
+
+def _not_json(reason: str) -> BadRequest:
+    return BadRequest(f"the body is not JSON: {reason}", code="invalid_json")
 
 
 def _scope_text(scope: Scope) -> str:

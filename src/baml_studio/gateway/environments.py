@@ -17,6 +17,7 @@ from typing import Protocol
 
 from baml_studio.gateway.config import Scope
 from baml_studio.gateway.errors import DependencyUnavailable
+from baml_studio.jsontext import parse_json
 
 
 class Environments(Protocol):
@@ -50,7 +51,7 @@ class EnvironmentsFile:
         stamp = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
         if stamp != self._stamp:
             try:
-                raw = json.loads(self.path.read_text("utf-8"))
+                raw = parse_json(self.path.read_text("utf-8"), ValueError)
                 self._scopes = frozenset(Scope.from_dict(item) for item in raw["environments"])
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 raise DependencyUnavailable(

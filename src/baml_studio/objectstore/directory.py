@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from baml_studio.jsontext import parse_json
 from baml_studio.objectstore import dirfs
 from baml_studio.objectstore.config import MAX_PRESIGN_SECONDS, DirectoryBucketConfig
 from baml_studio.objectstore.errors import (
@@ -274,7 +275,7 @@ class DirectoryBucket:
             raise ObjectNotFound(key)
         meta_path = self._meta_path(key)
         try:
-            sidecar = json.loads(meta_path.read_bytes())
+            sidecar = parse_json(meta_path.read_bytes(), ValueError)
             info = ObjectInfo(
                 key=key,
                 size=int(sidecar["size"]),
@@ -282,7 +283,14 @@ class DirectoryBucket:
                 version_id=str(sidecar["version_id"]),
                 etag=str(sidecar["etag"]),
             )
-        except (FileNotFoundError, NotADirectoryError, ValueError, KeyError, TypeError) as exc:
+        except (
+            FileNotFoundError,
+            NotADirectoryError,
+            ValueError,
+            KeyError,
+            TypeError,
+            OverflowError,  # int() of a size of 1e400 (infinity)
+        ) as exc:
             raise ObjectStoreCorrupt(
                 f"object {key!r} has no readable metadata sidecar at {meta_path} ({exc}); it was "
                 "not written through the object store port — delete it and upload it again",

@@ -49,6 +49,7 @@ import zstandard
 
 from baml_studio.gateway.config import Scope
 from baml_studio.httpclient import check_base_url, new_request_id
+from baml_studio.jsontext import parse_json
 from baml_studio.projector.errors import (
     ControlPlaneRefused,
     ControlPlaneUnavailable,
@@ -620,7 +621,7 @@ def _chunk_key(key: str, index: int, count: int) -> str:
 def _error_of(response: httpx.Response) -> tuple[str, str, dict[str, Any]]:
     """``code``, ``message``, ``details`` of an ``ErrorResponse`` (placeholders otherwise)."""
     try:
-        error = response.json()["error"]
+        error = parse_json(response.content, ValueError)["error"]
         details = error.get("details")
         return (
             str(error["code"]),
@@ -663,8 +664,8 @@ def _json_object(response: httpx.Response, operation: str) -> dict[str, Any]:
 
 def _json_body(status: int, content: bytes, operation: str) -> dict[str, Any]:
     try:
-        data = json.loads(content)
-    except ValueError:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        data = parse_json(content, ValueError)
+    except ValueError:
         data = None
     if not isinstance(data, dict):
         raise _protocol(operation, f"{status} without a JSON object")

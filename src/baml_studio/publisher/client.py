@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from baml_studio.jsontext import parse_json
 from baml_studio.publisher.config import PublisherConfig
 from baml_studio.publisher.errors import (
     GatewayAuthError,
@@ -163,16 +164,15 @@ def _key_of(url: str) -> str:
 
 
 def _json(response: httpx.Response) -> Any:
-    try:
-        return response.json()
-    except ValueError as exc:
-        raise GatewayProtocolError(f"response is not JSON: {exc}") from exc
+    return parse_json(
+        response.content, lambda reason: GatewayProtocolError(f"response is not JSON: {reason}")
+    )
 
 
 def _error_body(response: httpx.Response) -> tuple[str, str, dict[str, Any]]:
     """``code``, ``message`` and ``details`` of an ``ErrorResponse`` (details: {} if absent)."""
     try:
-        error = response.json()["error"]
+        error = parse_json(response.content, ValueError)["error"]
         code, message = str(error["code"]), str(error["message"])
     except (ValueError, KeyError, TypeError):
         return "unknown", response.text[:200], {}

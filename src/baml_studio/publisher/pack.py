@@ -32,6 +32,7 @@ import zstandard
 
 from baml_studio.format.cas import CAS_MAGIC, CODEC_VALUE, CasObject, decode_cas_object
 from baml_studio.format.errors import SegmentReadError
+from baml_studio.jsontext import parse_json
 from baml_studio.publisher.config import DEFAULT_ZSTD_LEVEL
 from baml_studio.publisher.errors import (
     PackBadMagic,
@@ -224,9 +225,10 @@ def decode_pack_body(body: bytes) -> Pack:
 
 def _parse_manifest(raw: bytes) -> list[dict[str, Any]]:
     try:
-        manifest = json.loads(raw.decode("ascii"))
-    except (UnicodeDecodeError, ValueError) as exc:
+        text = raw.decode("ascii")
+    except UnicodeDecodeError as exc:
         raise PackManifestInvalid(f"manifest is not ASCII JSON: {exc}") from exc
+    manifest = parse_json(text, _manifest_not_json)
     if not isinstance(manifest, dict) or set(manifest) != {"entries", "version"}:
         raise PackManifestInvalid("manifest must be an object with exactly entries and version")
     if manifest["version"] != PACK_VERSION or isinstance(manifest["version"], bool):
@@ -239,6 +241,10 @@ def _parse_manifest(raw: bytes) -> list[dict[str, Any]]:
     if canonical_json(manifest) != raw:
         raise PackManifestInvalid("manifest is not in canonical form (sorted keys, no spaces)")
     return rows
+
+
+def _manifest_not_json(reason: str) -> PackManifestInvalid:
+    return PackManifestInvalid(f"manifest is not ASCII JSON: {reason}")
 
 
 def _check_row(row: Any) -> None:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from baml_studio.jsontext import parse_json
 from baml_studio.publisher.errors import PublisherError
 from baml_studio.store.layout import StoreLayout, parse_cas_file_name
 
@@ -296,10 +297,7 @@ class PublishState:
             raw = path.read_bytes()
         except FileNotFoundError:
             return None
-        try:
-            return json.loads(raw)
-        except ValueError as exc:
-            raise StateCorrupt(f"{path} is not JSON: {exc}") from exc
+        return parse_json(raw, lambda reason: StateCorrupt(f"{path} is not JSON: {reason}"))
 
     def _write_json(self, path: Path, body: Any) -> None:
         self._write_bytes(path, json.dumps(body, sort_keys=True, separators=(",", ":")).encode())

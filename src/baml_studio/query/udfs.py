@@ -24,7 +24,6 @@ DataFusion evaluates the conjunction in. Elsewhere the gate is TRUE.
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +31,8 @@ import pyarrow as pa
 from datafusion import ScalarUDF, udf
 
 from baml_studio.format.values import Value, from_json_text
+from baml_studio.jsontext import parse_json
+from baml_studio.query.errors import InternalQueryError
 from baml_studio.query.semantics import (
     Path,
     compare,
@@ -55,8 +56,22 @@ CID_PREFIX = "bamlv_1_"
 
 @functools.lru_cache(maxsize=256)
 def parse_path(text: str) -> Path:
-    keys = json.loads(text)
-    return tuple(k if isinstance(k, int) else str(k) for k in keys)
+    """The path a ``path_json`` literal writes: a JSON array of keys (strings) and indexes
+    (integers). The rewriter writes every path, so other text is a bug: ``InternalQueryError``."""
+    keys = parse_json(text, lambda reason: _bad_path(text, reason))
+    if not isinstance(keys, list) or not all(_is_path_key(key) for key in keys):
+        raise _bad_path(text, "not a JSON array of keys (strings) and indexes (integers)")
+    return tuple(keys)
+
+
+def _is_path_key(key: object) -> bool:
+    return isinstance(key, str) or (isinstance(key, int) and not isinstance(key, bool))
+
+
+def _bad_path(text: str, reason: str) -> InternalQueryError:
+    return InternalQueryError(
+        f"value path {text[:80]!r} is unreadable: {reason}", "report this bug"
+    )
 
 
 @functools.lru_cache(maxsize=256)

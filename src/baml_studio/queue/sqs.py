@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import botocore.exceptions  # type: ignore[import-untyped]  # reason: botocore ships no types
 
+from baml_studio.jsontext import parse_json
 from baml_studio.queue.config import DEAD_LETTER_SUFFIX, QueueSettings, SqsQueueConfig
 from baml_studio.queue.errors import (
     InvalidQueueArgument,
@@ -156,11 +157,14 @@ def find_dead_letter_url(sqs: Any, queue_url: str) -> str | None:
     if not raw:
         return None
     try:
-        arn = str(json.loads(raw)["deadLetterTargetArn"])
+        arn = parse_json(raw, ValueError)["deadLetterTargetArn"]
+        if not isinstance(arn, str):
+            raise TypeError("deadLetterTargetArn is not a string")
         _, _, _, _, account, dlq_name = arn.split(":", 5)
     except (ValueError, KeyError, TypeError) as exc:
         raise QueueRequestFailed(
-            "InvalidRedrivePolicy", f"SQS {queue_url}: cannot read RedrivePolicy {raw!r}: {exc}"
+            "InvalidRedrivePolicy",
+            f"SQS {queue_url}: cannot read RedrivePolicy {raw!r:.200}: {exc}",
         ) from exc
     response = _call(
         dlq_name, sqs.get_queue_url, QueueName=dlq_name, QueueOwnerAWSAccountId=account
