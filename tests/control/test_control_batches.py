@@ -6,10 +6,15 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import pyarrow as pa
 import pytest
 from control_rig import SCOPE_A, Rig, batch, ipc_bytes, sha256
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
+from baml_studio.apierrors import BadRequest
+from baml_studio.control.ingest import parse_headers
 from baml_studio.control.models import ErrorResponse, ProjectionBatchResponse
 from baml_studio.control.schemas import PUBLIC_RELATION_NAMES
 from baml_studio.control.service import TtlCache
@@ -453,3 +458,87 @@ def test_a_schema_that_differs_only_in_metadata_is_accepted_as_registered(rig: R
     gen = rig.control.metastore.active_generation(SCOPE_A)
     stored = rig.control.facts.rows("threads_v1", SCOPE_A, gen)
     assert stored.num_rows == 2 and stored.schema.metadata is None
+
+
+BATCH_HEADERS = (
+    "Content-Encoding",
+    "X-Baml-Root-Id",
+    "X-Baml-Project-Id",
+    "X-Baml-Environment-Id",
+    "X-Baml-Relation",
+    "X-Baml-Partition",
+    "X-Baml-Projection-Generation",
+    "X-Baml-Content-Digest",
+)
+LATIN1_DIGITS = ["²", "³", "¹", "1²", "0¹", "0", "7", ""]
+"""Latin-1's superscripts are digits to ``str.isdigit``, not to ``int``."""
+LATIN1_TEXT = st.text(
+    st.characters(min_codepoint=0x20, max_codepoint=0xFF), max_size=40
+) | st.sampled_from(LATIN1_DIGITS)
+"""What a server can read from a header: latin-1."""
+
+
+def _latin1_header_put(
+    rig: Rig, root_id: str, replaced: dict[str, str]
+) -> tuple[httpx.Response, dict[str, str]]:
+    """The answer to a batch of ``root_id`` sent with the ``replaced`` headers' text as latin-1,
+    and the headers as the server reads them."""
+    import zstandard
+
+    raw = ipc_bytes(batch("calls_v1", root_id))
+    headers = rig.headers(
+        rig.token_a,
+        **{
+            "Content-Encoding": "zstd",
+            "X-Baml-Root-Id": root_id,
+            "X-Baml-Project-Id": "prj",
+            "X-Baml-Environment-Id": "prod",
+            "X-Baml-Relation": "calls_v1",
+            "X-Baml-Partition": "0",
+            "X-Baml-Projection-Generation": rig._generation(SCOPE_A),
+            "X-Baml-Content-Digest": sha256(raw),
+            **replaced,
+        },
+    )
+
+    async def put() -> httpx.Response:
+        # straight to the app: the test client re-encodes header text as UTF-8, a server does not
+        transport = httpx.ASGITransport(app=rig.client.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://control") as client:
+            return await client.put(
+                f"/projection-batches/{root_id}.calls_v1.0",
+                content=zstandard.ZstdCompressor().compress(raw),
+                headers=[(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()],
+            )
+
+    assert rig.client.portal is not None
+    return rig.client.portal.call(put), {k.lower(): v for k, v in headers.items()}
+
+
+@pytest.mark.parametrize("partition", ["²", "³", "¹"])
+def test_a_partition_of_latin1_superscript_digits_is_a_400(rig: Rig, partition: str) -> None:
+    answer, _ = _latin1_header_put(rig, "exec_r40", {"X-Baml-Partition": partition})
+    _error(answer, 400, "invalid_partition")
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(replaced=st.fixed_dictionaries({}, optional=dict.fromkeys(BATCH_HEADERS, LATIN1_TEXT)))
+@example(replaced={"X-Baml-Partition": "²"})
+def test_any_batch_header_text_gets_a_typed_refusal_or_is_written(
+    rig: Rig, replaced: dict[str, str]
+) -> None:
+    """The headers' own refusal (``parse_headers``'s 400) when they have one; otherwise the
+    batch is written, or refused for its scope, generation or digest: never a 500."""
+    answer, sent = _latin1_header_put(rig, "exec_r41", replaced)
+    try:
+        parse_headers(sent, "exec_r41.calls_v1.0")
+    except BadRequest as exc:
+        _error(answer, 400, exc.code)
+        return
+    if answer.status_code in (200, 201):
+        ProjectionBatchResponse.model_validate(answer.json())
+        return
+    assert 400 <= answer.status_code < 500, answer.text
+    ErrorResponse.model_validate(answer.json())

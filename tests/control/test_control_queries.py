@@ -103,6 +103,31 @@ def test_parameters_bind_as_literals(seeded: Rig) -> None:
     assert none.num_rows == 0
 
 
+@pytest.mark.parametrize(
+    ("sql", "parameters", "code"),
+    [
+        ("SELECT fqn FROM calls_v1 WHERE duration_ns > $1", [10**400], "invalid_parameter"),
+        ("SELECT fqn FROM calls_v1 WHERE " + "(" * 3000 + "1 = 1" + ")" * 3000, [], None),
+    ],
+    ids=["float64 of 400 digits", "3000 nested brackets"],
+)
+def test_hostile_queries_are_400s_in_the_error_shape(
+    rig: Rig, sql: str, parameters: list[int], code: str | None
+) -> None:
+    """A JSON integer too large for a float64 parameter (pydantic takes it as an int) and SQL
+    nested too deeply to parse: 400s, not 500s."""
+    answer = rig.query(
+        rig.token_a,
+        sql,
+        parameters=[{"type": "float64", "value": v} for v in parameters],
+        scope=SCOPE_A,
+        generation="gen_1",
+    )
+    assert answer.status_code == 400, answer.text
+    error = ErrorResponse.model_validate(answer.json()).error
+    assert error.code == (code or "sql_parse_error"), error
+
+
 def test_generation_form(seeded: Rig) -> None:
     answer = seeded.query(
         seeded.token_a, "SELECT count(*) AS n FROM threads_v1", scope=SCOPE_A, generation="gen_1"

@@ -7,7 +7,7 @@ import datetime as dt
 from collections.abc import Iterator
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from resident_rig import FQNS, Facts, assert_every_table_is_scoped, build_facts
 
@@ -153,3 +153,49 @@ def test_string_literals_in_the_sql_round_trip(facts: Facts, text: str) -> None:
         f"SELECT {literal} AS v, count(*) AS n FROM calls WHERE fqn = {literal}"
     )
     assert facts.run(compiled) == [(text, 0 if text not in FQNS else 10)]
+
+
+HUGE_NUMBERS = st.integers(-(10**400), 10**400) | st.sampled_from(
+    [10**400, -(10**400), 2**1024, 2**64, -(2**63) - 1, 1e308, float("inf"), float("nan")]
+)
+
+
+@pytest.mark.parametrize("kind", ["float64", "double"])
+@pytest.mark.parametrize(
+    "value", [10**400, -(10**400), 2**1024], ids=["10**400", "-10**400", "2**1024"]
+)
+def test_a_float_parameter_past_the_float_range_is_a_400(kind: str, value: int) -> None:
+    with pytest.raises(ResidentQueryError) as caught:
+        compile_resident(
+            "SELECT fqn FROM calls WHERE duration_ns > $1",
+            [QueryParameter(kind, value)],
+            relation_sql=relation_sql,
+        )
+    assert caught.value.status == 400 and caught.value.code == "invalid_parameter"
+    assert "finite" in str(caught.value)
+
+
+@FUZZ
+@given(
+    kind=st.sampled_from(["float64", "double", "int64", "integer", "uint64"]),
+    value=HUGE_NUMBERS | st.floats() | st.sampled_from(["1" + "0" * 400, "²", "٣", "1e400"]),
+)
+@example(kind="float64", value=10**400)
+def test_any_number_parameter_binds_or_gets_a_400(kind: str, value: object) -> None:
+    _compiles_or_400("SELECT fqn FROM calls WHERE duration_ns > $1", [QueryParameter(kind, value)])
+
+
+NESTINGS = {
+    "brackets": ("SELECT fqn FROM calls WHERE ", "(", "1 = 1", ")"),
+    "subqueries": ("SELECT * FROM ", "(SELECT * FROM ", "calls", ") s"),
+    "not": ("SELECT fqn FROM calls WHERE ", "NOT ", "true", ""),
+    "function calls": ("SELECT ", "coalesce(", "fqn", ") AS f FROM calls"),
+}
+
+
+@settings(max_examples=30, deadline=None)  # a deep query that compiles takes ~0.5 s
+@given(nesting=st.sampled_from(sorted(NESTINGS)), depth=st.integers(1, 3000))
+@example(nesting="brackets", depth=5000)
+def test_deep_nesting_compiles_or_gets_a_400(nesting: str, depth: int) -> None:
+    prefix, opening, inner, closing = NESTINGS[nesting]
+    _compiles_or_400(prefix + opening * depth + inner + closing * depth, [])

@@ -22,6 +22,10 @@ from baml_studio.coordinator.config import CoordinatorConfig
 __all__ = ["workload_store"]
 STUDIO = "https://studio.example.com"
 MANY_ROWS = "SELECT a.call_id, a.args FROM calls a CROSS JOIN calls b"
+HUGE = 10**400
+"""A JSON integer past the float64 range."""
+DEEP = "SELECT " + "(" * 5000 + "%s" + ")" * 5000
+"""SQL nested too deeply for the parser."""
 
 
 @pytest.fixture(scope="module")
@@ -153,6 +157,11 @@ def test_refusals_have_the_error_shape(served: tuple[CoordinatorRig, Served]) ->
         (_post(http, {**_body("SELECT 1"), "environment_id": "other"}), 403),
         (_post(http, {**_body("SELECT 1"), "catalog_version": "v9"}), 400),
         (_post(http, {**_body("SELECT $1"), "parameters": [{"type": "int64", "value": "x"}]}), 400),
+        (
+            _post(http, {**_body("SELECT $1"), "parameters": [{"type": "float64", "value": HUGE}]}),
+            400,
+        ),
+        (_post(http, {**_body(DEEP % "$1"), "parameters": [{"type": "int64", "value": 1}]}), 400),
     ]
     control = rig.ingest.control
     publisher = TokenIssuer(control.keys, control.metastore).issue_publisher(SCOPE).token
@@ -168,7 +177,7 @@ def test_sql_errors_end_the_stream_with_a_typed_outcome(
     served: tuple[CoordinatorRig, Served],
 ) -> None:
     _, http = served
-    for sql in ("SELECT nope FROM calls", "DROP TABLE calls", "SELECT * FROM processes"):
+    for sql in ("SELECT nope FROM calls", "DROP TABLE calls", "SELECT * FROM processes", DEEP % 1):
         response = _post(http, _body(sql))
         assert response.status_code == 200
         rows, outcome = _lines(response)

@@ -16,6 +16,8 @@ import httpx
 import pyarrow as pa
 import pytest
 import zstandard
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from projector_control_rig import (
     SCOPE_A,
     SCOPE_B,
@@ -44,6 +46,7 @@ from baml_studio.projector.errors import (
     ControlPlaneUnavailable,
     InactiveGeneration,
 )
+from baml_studio.publisher.client import retry_after_seconds
 
 
 class Recorder:
@@ -430,6 +433,37 @@ def test_retry_after_is_bounded_and_retries_end(recorder: Recorder) -> None:
         assert caught.value.status == 503 and "dependency_unavailable" in str(caught.value)
     assert throttling.seen == 3
     assert sleeps.delays == [0.25, 0.25]
+
+
+RETRY_AFTER_TEXT = (
+    st.text(max_size=40)
+    | st.sampled_from(["²", "¹⁰", "٣", "１２", "9" * 400, "-1", "1.5"])
+    | st.integers(0, 10**400).map(str)
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(retry_after=RETRY_AFTER_TEXT)
+@example(retry_after="²")
+def test_any_retry_after_text_is_a_bounded_wait_or_the_own_backoff(retry_after: str) -> None:
+    """A malformed ``Retry-After`` (``"²"``: a digit to ``str.isdigit``, not to ``int``) is
+    ignored for the client's own backoff; a readable one is bounded by ``retry_after_max_s``."""
+
+    def throttled(request: httpx.Request) -> httpx.Response:
+        headers = [(b"Retry-After", retry_after.encode())]
+        return httpx.Response(503, json={"error": {}}, headers=headers)
+
+    sleeps = Sleeps()
+    http = httpx.Client(transport=httpx.MockTransport(throttled))
+    client = ControlClient(
+        "http://control", "token", client=http, retries=1, backoff_s=0.5, sleep=sleeps,
+        retry_after_max_s=2.0, rand=lambda: 1.0,
+    )  # fmt: skip
+    with client, pytest.raises(ControlPlaneUnavailable) as caught:
+        client.projection_schemas()
+    assert caught.value.status == 503
+    expected = retry_after_seconds(retry_after)
+    assert sleeps.delays == [0.5 if expected is None else max(0.5, min(expected, 2.0))]
 
 
 def test_a_2xx_that_breaks_the_contract_is_unavailable_not_a_crash(recorder: Recorder) -> None:

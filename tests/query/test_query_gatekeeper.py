@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from query_fakes import standard
 
 from baml_studio.query import InvalidSql, QueryEngine
-from baml_studio.query.gatekeeper import admit
+from baml_studio.query.gatekeeper import Statement, admit
 from baml_studio.query.names import jaro_winkler, suggest
 
 ACCEPTED = [
@@ -121,3 +123,50 @@ def test_jaro_winkler_known_values() -> None:
     assert jaro_winkler("abc", "abc") == 1.0
     assert jaro_winkler("", "abc") == 0.0
     assert suggest("zzzz", ["calls", "errors"]) is None
+
+
+NESTED = {
+    "brackets": "SELECT " + "(" * 5000 + "1" + ")" * 5000,
+    "subqueries": "SELECT * FROM " + "(SELECT * FROM " * 400 + "calls" + ") t" * 400,
+    "not": "SELECT " + "NOT " * 3000 + "true",
+    "function calls": "SELECT " + "coalesce(" * 2000 + "1" + ")" * 2000,
+}
+
+
+@pytest.mark.parametrize("sql", NESTED.values(), ids=NESTED.keys())
+def test_sql_nested_too_deeply_is_invalid_sql(sql: str) -> None:
+    with pytest.raises(InvalidSql) as info:
+        admit(sql, internal=False)
+    assert "nested too deeply" in info.value.message and info.value.remedy
+    assert info.value.code == "invalid_sql"
+
+
+def test_explain_of_explain_is_refused_at_once_however_many() -> None:
+    with pytest.raises(InvalidSql, match="EXPLAIN needs a query"):
+        admit("EXPLAIN " * 3000 + "SELECT 1", internal=False)
+
+
+WORDS = [
+    "SELECT", "FROM", "WHERE", "WITH", "AS", "EXPLAIN", "ANALYZE", "SHOW", "TABLES", "DESCRIBE",
+    "calls", "x", "1", "'a'", "(", ")", "NOT", "CASE", "WHEN", "END", "-", ";", "*", ",",
+]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sql=st.text(max_size=80)
+    | st.lists(st.sampled_from(WORDS), max_size=25).map(" ".join)
+    | st.builds(
+        lambda d, w: w + "(" * d + "1" + ")" * d,
+        st.integers(1, 2000),
+        st.sampled_from(["SELECT ", "SELECT * FROM calls WHERE ", "EXPLAIN SELECT ", "SELECT abs"]),
+    )
+)
+@example(sql=NESTED["brackets"])
+def test_any_text_is_admitted_or_invalid_sql(sql: str) -> None:
+    try:
+        statement = admit(sql, internal=False)
+    except InvalidSql as exc:
+        assert exc.code == "invalid_sql" and exc.message
+        return
+    assert isinstance(statement, Statement)

@@ -22,7 +22,6 @@ A timestamp without an offset is UTC; fractions keep up to nine digits (nanoseco
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from sqlglot import exp
 from sqlglot.tokenizer_core import Token, TokenType
 
 from baml_studio.control.resident_errors import InvalidParameter
+from baml_studio.wirenumbers import finite_float
 
 DIALECT = "postgres"
 INT64 = (-(2**63), 2**63 - 1)
@@ -186,8 +186,8 @@ def _float(position: int, parameter: QueryParameter) -> exp.Expr:
     value = parameter.value
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise _mismatch(position, parameter, "a number")
-    number = float(value)
-    if not math.isfinite(number):
+    number = finite_float(value)  # None for a JSON integer past the float range too
+    if number is None:
         raise _mismatch(position, parameter, "a finite number")
     return exp.cast(exp.Literal.number(repr(number)), _ch_type("Float64"))
 

@@ -9,7 +9,6 @@ API's ``QueryParameter`` (``string``, ``int64``, ``uint64``, ``float64``, ``bool
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -19,6 +18,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from baml_studio.apierrors import BadRequest
+from baml_studio.wirenumbers import finite_float
 
 DIALECT = "postgres"
 _STRING = {"string", "utf8", "text"}
@@ -29,9 +29,22 @@ _BOOL = {"bool", "boolean"}
 
 def bind(sql: str, parameters: Sequence[tuple[str, Any]]) -> str:
     """``sql`` with every placeholder replaced by its parameter; 400 for a missing, unused or
-    ill-typed parameter. Without parameters the text is returned unchanged."""
+    ill-typed parameter, or SQL nested too deeply to read. Without parameters the text is
+    returned unchanged."""
     if not parameters and "$" not in sql and "?" not in sql:
         return sql
+    try:
+        return _bind(sql, parameters)
+    except RecursionError:  # sqlglot parses and generates recursively
+        if not parameters:
+            return sql  # the gatekeeper reports it with its own words
+        raise BadRequest(
+            "the SQL is nested too deeply to read: flatten nested expressions or subqueries",
+            code="invalid_sql",
+        ) from None
+
+
+def _bind(sql: str, parameters: Sequence[tuple[str, Any]]) -> str:
     try:
         tree = sqlglot.parse_one(sql, read=DIALECT)
     except SqlglotError as exc:
@@ -86,9 +99,10 @@ def literal(position: int, kind: str, value: Any) -> exp.Expr:
             raise _bad(position, kind, value)
         return exp.Literal.number(value)
     if name in _FLOAT and isinstance(value, int | float) and not isinstance(value, bool):
-        if not math.isfinite(float(value)):
-            raise _bad(position, kind, value)
-        return exp.Literal.number(repr(float(value)))
+        number = finite_float(value)  # None for a JSON integer past the float range too
+        if number is None:
+            raise _bad(position, kind, value, " (a float64 is finite, within ±1.8e308)")
+        return exp.Literal.number(repr(number))
     if name in _BOOL and isinstance(value, bool):
         return exp.true() if value else exp.false()
     if name == "timestamp" and isinstance(value, str):
@@ -102,9 +116,9 @@ def literal(position: int, kind: str, value: Any) -> exp.Expr:
     raise _bad(position, kind, value)
 
 
-def _bad(position: int, kind: str, value: Any) -> BadRequest:
+def _bad(position: int, kind: str, value: Any, why: str = "") -> BadRequest:
     return BadRequest(
-        f"parameter ${position} of type {kind!r} cannot take {value!r}; types: string, int64, "
-        "uint64, float64, bool, timestamp (ISO-8601 text), null",
+        f"parameter ${position} of type {kind!r} cannot take {value!r}{why}; types: string, "
+        "int64, uint64, float64, bool, timestamp (ISO-8601 text), null",
         code="invalid_parameter",
     )

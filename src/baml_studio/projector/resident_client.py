@@ -12,7 +12,8 @@ the one read the replay tool needs, the public facts themselves, over the same t
 
 Errors are those of the client (:mod:`.errors`): ``ControlPlaneRefused`` for a 4xx (a
 compiler code, ``unknown_generation``, ``budget_exceeded``…), ``ControlPlaneUnavailable``
-when the control plane does not answer or answers something that is not an Arrow stream.
+when the control plane does not answer or answers something that is not a valid Arrow stream
+(read as the control plane reads a batch body: :func:`baml_studio.arrowipc.read_stream`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import asdict, dataclass
 
 import pyarrow as pa
 
+from baml_studio.arrowipc import InvalidArrowStream, read_stream
 from baml_studio.gateway.config import Scope
 from baml_studio.projector.control_client import ARROW_STREAM, ControlClient
 from baml_studio.projector.errors import ControlPlaneUnavailable
@@ -99,11 +101,11 @@ def resident_query(
         context=f"scope={scope.tenant}/{scope.project}/{scope.environment}",
     )
     try:
-        table = pa.ipc.open_stream(response.content).read_all()
-    except (pa.ArrowInvalid, OSError) as exc:
+        table = read_stream(response.content)  # validated: a damaged one could crash its user
+    except InvalidArrowStream as exc:
         raise ControlPlaneUnavailable(
-            f"resident_query: the control plane answered {response.status_code} without an "
-            f"Arrow stream: {exc}"
+            f"resident_query: the control plane answered {response.status_code} without a "
+            f"valid Arrow stream: {exc}"
         ) from exc
     served = response.headers.get(GENERATION_HEADER) or generation or ""
     return ResidentResult(table, served)

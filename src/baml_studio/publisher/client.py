@@ -30,6 +30,7 @@ from baml_studio.publisher.errors import (
     GatewayUnreachable,
     UploadFailed,
 )
+from baml_studio.wirenumbers import ascii_whole_number
 
 STATES = frozenset({"upload_required", "stored", "conflict"})
 
@@ -145,13 +146,22 @@ class GatewayClient:
         raise GatewayRejected(text, status=status, code=code, details=details)
 
 
+RETRY_AFTER_MAX_DIGITS = 12
+"""Longest ``Retry-After`` in seconds that is read (about 31,000 years); a longer one is
+unreadable."""
+
+
 def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
-    """``Retry-After`` as seconds: an integer, or an HTTP date; None if absent or unreadable."""
+    """``Retry-After`` as seconds: ASCII digits (RFC 9110 ``delay-seconds``), or an HTTP date;
+    None if absent or unreadable (other digits such as ``"²"``, an absurdly long number, any
+    other text), so that the caller keeps its own backoff: a malformed header never fails a
+    request."""
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
-        return float(value)
+    seconds = ascii_whole_number(value, max_digits=RETRY_AFTER_MAX_DIGITS)
+    if seconds is not None:
+        return float(seconds)
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):

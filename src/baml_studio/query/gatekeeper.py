@@ -56,7 +56,20 @@ class Statement:
 
 
 def admit(sql: str, *, internal: bool) -> Statement:
-    """The one statement in ``sql``, checked; raises :class:`InvalidSql` otherwise."""
+    """The one statement in ``sql``, checked; raises :class:`InvalidSql` otherwise, SQL nested
+    too deeply to read included (sqlglot's parser recurses once per nested bracket)."""
+    try:
+        return _admit(sql, internal=internal, explain=True)
+    except RecursionError:
+        raise InvalidSql(
+            "the SQL is nested too deeply to read",
+            "flatten nested expressions or subqueries",
+        ) from None
+
+
+def _admit(sql: str, *, internal: bool, explain: bool) -> Statement:
+    """:func:`admit`; an EXPLAIN only if ``explain`` (so ``EXPLAIN EXPLAIN …`` is refused at
+    once, not read again once per word)."""
     _reject_reserved(sql)
     statements = _parse(sql)
     if len(statements) != 1:
@@ -73,9 +86,11 @@ def admit(sql: str, *, internal: bool) -> Statement:
         return Statement("show_columns", text)
     explained = _EXPLAIN.match(text)
     if explained:
-        inner = admit(text[explained.end() :], internal=internal)
+        if not explain:
+            raise _explain_needs_a_query()
+        inner = _admit(text[explained.end() :], internal=internal, explain=False)
         if inner.kind != "query":
-            raise InvalidSql("EXPLAIN needs a query", f"write EXPLAIN SELECT …; allowed: {ALLOWED}")
+            raise _explain_needs_a_query()
         options = " ".join(explained.group(1).upper().split())
         return Statement("explain", text, inner.query, options, inner.text)
     (node,) = statements
@@ -90,6 +105,10 @@ def admit(sql: str, *, internal: bool) -> Statement:
         f"{verb} statements are not allowed: the catalog is read-only",
         f"write {ALLOWED}",
     )
+
+
+def _explain_needs_a_query() -> InvalidSql:
+    return InvalidSql("EXPLAIN needs a query", f"write EXPLAIN SELECT …; allowed: {ALLOWED}")
 
 
 def _reject_reserved(sql: str) -> None:
@@ -115,6 +134,8 @@ def _parse(sql: str) -> list[exp.Expr]:
     except ParseError as exc:
         message = exc.errors[0]["description"] if exc.errors else str(exc)
         raise InvalidSql(f"syntax error: {message}", "check the SQL near that point") from exc
+    except TokenError as exc:  # the tokenizer read it in _reject_reserved; kept for safety
+        raise InvalidSql(f"cannot read the SQL: {exc}", "check quotes and brackets") from exc
     finally:
         logger.setLevel(level)
     return [p for p in parsed if p is not None]
