@@ -104,6 +104,7 @@ def test_the_valid_dataplane_json_loads(tmp_path: Path) -> None:
         ('{"sqs": {"name": "q"}}', "sqs needs s3"),
         ('{"s3_notifications": []}', "s3_notifications is []"),
         ('{"public_base_url": 5}', "public_base_url is 5; it must be a string"),
+        ('{"bucket": "X"}', "bucket: bucket name 'X' is invalid"),
     ],
 )
 def test_bad_dataplane_json_raises_config_error_naming_the_setting(

@@ -45,7 +45,7 @@ from baml_studio.gateway.config import REMOTE_HEAD_CONCURRENCY, GatewayConfig, P
 from baml_studio.gateway.environments import EnvironmentsFile
 from baml_studio.gateway.tokens import KeyRingFile, PublisherTokenVerifier
 from baml_studio.objectstore import open_object_store
-from baml_studio.objectstore.config import DirectoryBucketConfig, S3Config
+from baml_studio.objectstore.config import DirectoryBucketConfig, S3Config, validate_bucket_name
 from baml_studio.objectstore.directory import DirectoryBucket
 from baml_studio.objectstore.errors import InvalidArgument
 from baml_studio.objectstore.notifications import NotificationSetupError, NotifyingSink
@@ -160,13 +160,18 @@ def load_dataplane_config(
     sqs = build(SqsQueueConfig, raw["sqs"], source, at="sqs") if "sqs" in raw else None
     if setup_s3 and (s3 is None or sqs is None):
         raise ConfigError(f'--setup-s3 needs both "s3" and "sqs" in {path}')
+    bucket = checked_value(str, raw.get("bucket", DEFAULT_BUCKET), source, "bucket")
+    try:
+        validate_bucket_name(bucket)
+    except InvalidArgument as exc:
+        raise ConfigError(f"{source}: bucket: {exc}") from exc
     mode = raw.get("s3_notifications", "verify")
     public_base_url = raw.get("public_base_url", f"http://{host}:{port}")
     settings = {
         "data_dir": data_dir,
         "public_base_url": checked_value(str, public_base_url, source, "public_base_url"),
         "gateway": replace(gateway, limits=limits),
-        "bucket": checked_value(str, raw.get("bucket", DEFAULT_BUCKET), source, "bucket"),
+        "bucket": bucket,
         "s3": s3,
         "sqs": sqs,
         "s3_notifications": "configure"
