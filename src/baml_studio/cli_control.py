@@ -54,6 +54,7 @@ def serve_control(
     """
     import uvicorn
 
+    from baml_studio.configfile import ConfigError
     from baml_studio.control.app import create_app
     from baml_studio.control.config import ControlConfig
     from baml_studio.control.service import ControlPlane
@@ -63,7 +64,7 @@ def serve_control(
 
     try:
         config = ControlConfig.from_data_dir(data, metastore_url=metastore_url, facts_dsn=facts_dsn)
-    except (ValueError, TypeError, OSError) as exc:
+    except (ConfigError, OSError) as exc:
         raise click.UsageError(f"control configuration: {exc}") from exc
     if (tls_key or client_ca) and not tls_cert:
         raise click.UsageError("--tls-key and --client-ca need --tls-cert")

@@ -24,6 +24,7 @@ from typing import Any
 
 import click
 
+from baml_studio.configfile import ConfigError
 from baml_studio.durations import parse_seconds
 from baml_studio.gateway.config import Scope
 from baml_studio.gateway.environments import EnvironmentsFile
@@ -267,8 +268,8 @@ def _load_config(
         return load_dataplane_config(
             data, host=host, port=port, setup_s3=setup_s3, control_plane_url=control_plane
         )
-    except (ValueError, TypeError) as exc:
-        raise click.UsageError(f"{data}/dataplane.json: {exc}") from exc
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
     except OSError as exc:
         click.echo(f"error: data directory {data} is unavailable: {exc}", err=True)
         raise SystemExit(EXIT_UNAVAILABLE) from exc

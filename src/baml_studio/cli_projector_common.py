@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from baml_studio.configfile import ConfigError
 from baml_studio.format.errors import BamlStudioError
 from baml_studio.gateway.service import load_dataplane_config
 from baml_studio.projector.lance_store import DEFAULT_KEY_CACHE_KEYS
@@ -47,7 +48,7 @@ def projector_options(command: Command) -> Command:
             raise click.UsageError(f"give --token or set {TOKEN_ENV}")
         try:
             dataplane = load_dataplane_config(data, host="127.0.0.1", port=8787)
-        except (ValueError, TypeError, KeyError, OSError) as exc:
+        except (ConfigError, OSError) as exc:
             raise click.UsageError(f"data-plane configuration in {data}: {exc}") from exc
         config = ProjectorConfig(
             dataplane,

@@ -4,14 +4,22 @@ an unreadable object is counted, not fatal. Also the rewritten pack's flush id."
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+
+from json_fuzz import JSON_VALUES, mutations
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "projector"))
 
 from projector_fixtures import SCOPE, MemoryStore, put, upload_store, workload_store
 
-from baml_studio.erasure.plan import ErasurePlan, build_plan
+from baml_studio.erasure.errors import ErasureStoreError
+from baml_studio.erasure.plan import ErasurePlan, PlanStats, build_plan
 from baml_studio.erasure.refs import RefIndex, RefReader, list_streams
 from baml_studio.erasure.steps import rewritten_flush_id
 from baml_studio.gateway.keys import cas_key, check_flush_ulid, evidence_prefix, pack_key
@@ -97,3 +105,56 @@ def test_a_rewritten_pack_gets_a_valid_deterministic_flush_id() -> None:
     assert one == rewritten_flush_id(FLUSH, "k", list(reversed(kept)))
     assert check_flush_ulid(one) == one and one[:10] == FLUSH[:10] and one != FLUSH
     assert rewritten_flush_id(FLUSH, "k", kept[:1]) != one
+
+
+PLAN = ErasurePlan(
+    streams=("a" * 32,),
+    object_keys=("k/meta", "k/data"),
+    packs=("k/pack",),
+    root_ids=("root_1",),
+    doomed_values=("c" * 64,),
+    doomed_tables=(),
+    rewrite_packs=("k/other-pack",),
+    stats=PlanStats(remaining_streams=2, objects_listed=5, corrupt=("k/bad",)),
+)
+PLAN_JSON = json.loads(json.dumps(PLAN.to_json()))
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON_VALUES | mutations(PLAN_JSON))
+def test_fuzz_stored_plans_load_or_raise_erasure_store_error(raw: Any) -> None:
+    try:
+        loaded = ErasurePlan.from_json(raw)
+    except ErasureStoreError as exc:
+        assert exc.message.startswith("the stored erasure plan")
+        return
+    assert ErasurePlan.from_json(json.loads(json.dumps(loaded.to_json()))) == loaded
+    texts = (*loaded.streams, *loaded.object_keys, *loaded.root_ids, *loaded.stats.corrupt)
+    assert all(isinstance(text, str) for text in texts)
+    assert type(loaded.stats.objects_read) is int
+
+
+def test_a_stored_plan_reads_back_from_its_json() -> None:
+    assert ErasurePlan.from_json(PLAN_JSON) == PLAN
+    without_stats = {k: v for k, v in PLAN_JSON.items() if k != "stats"}
+    assert ErasurePlan.from_json(without_stats).stats == PlanStats()
+    assert ErasurePlan.from_json({**without_stats, "stats": None}).stats == PlanStats()
+
+
+@pytest.mark.parametrize(
+    ("raw", "fragment"),
+    [
+        (None, "must be a JSON object {...}, not None"),
+        ([], "must be a JSON object {...}, not []"),
+        (True, "must be a JSON object {...}, not True"),
+        ({**PLAN_JSON, "streams": "ab"}, "streams is 'ab'; it must be a list of strings"),
+        ({**PLAN_JSON, "root_ids": [1]}, "root_ids is [1]"),
+        ({k: v for k, v in PLAN_JSON.items() if k != "packs"}, "lacks the settings ['packs']"),
+        ({**PLAN_JSON, "stats": {"x": 1}}, "stats has unknown settings ['x']"),
+        ({**PLAN_JSON, "stats": {"corrupt": None}}, "stats.corrupt is None"),
+    ],
+)
+def test_a_malformed_stored_plan_raises_erasure_store_error(raw: Any, fragment: str) -> None:
+    with pytest.raises(ErasureStoreError) as caught:
+        ErasurePlan.from_json(raw)
+    assert fragment in caught.value.message and caught.value.status == 500

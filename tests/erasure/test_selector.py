@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from baml_studio.apierrors import BadRequest
 from baml_studio.erasure.selector import parse_selector, selector_from_json
+from json_fuzz import JSON_VALUES, mutations
 
 EUID_A, EUID_B = "a" * 32, "b" * 32
 
@@ -62,3 +66,62 @@ def test_a_body_that_is_not_json_is_invalid() -> None:
     with pytest.raises(BadRequest) as caught:
         parse_selector(b"\xff{", max_items=3)
     assert caught.value.code == "invalid_selector"
+
+
+SELECTORS = [
+    {"process_euids": [EUID_A, EUID_B]},
+    {"execution_ids": ["root_1", "root_2"]},
+    {"time_range": {"start": "2026-01-01T00:00:00+02:00", "end": "2026-01-02T00:00:00Z"}},
+]
+TIMES = st.datetimes(timezones=st.sampled_from([UTC, timezone(timedelta(hours=-5))])).map(
+    datetime.isoformat
+) | st.text(max_size=30)
+NEAR_VALID = st.one_of(
+    st.lists(st.sampled_from([EUID_A, EUID_B, "c" * 32, "d" * 32, "A" * 32]), max_size=5).map(
+        lambda items: {"process_euids": items}
+    ),
+    st.lists(st.sampled_from(["r1", "r2", "r3", "r4", "", "x" * 300]), max_size=5).map(
+        lambda items: {"execution_ids": items}
+    ),
+    st.builds(lambda start, end: {"time_range": {"start": start, "end": end}}, TIMES, TIMES),
+)
+BODIES = (
+    NEAR_VALID.map(lambda value: json.dumps(value).encode())
+    | st.binary(max_size=200)
+    | JSON_VALUES.map(lambda value: json.dumps(value).encode())
+    | st.one_of(*(mutations(s) for s in SELECTORS)).map(lambda value: json.dumps(value).encode())
+    | st.builds(
+        lambda kinds, values: json.dumps(dict(zip(kinds, values, strict=False))).encode(),
+        st.lists(st.sampled_from(["process_euids", "execution_ids", "time_range"]), max_size=3),
+        st.lists(JSON_VALUES, min_size=3, max_size=3),
+    )
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(BODIES)
+def test_fuzz_bodies_parse_or_answer_400(body: bytes) -> None:
+    try:
+        selector = parse_selector(body, max_items=3)
+    except BadRequest as exc:
+        assert exc.status == 400 and exc.message and exc.code in CODES
+        json.dumps(exc.details)  # the ErrorResponse details serialise
+        return
+    assert selector_from_json(selector.to_json()) == selector
+    assert parse_selector(selector.canonical().encode(), max_items=3) == selector
+    assert len(selector.items) <= 3
+
+
+CODES = {
+    "invalid_selector",
+    "duplicate_selector_item",
+    "too_many_selector_items",
+    "invalid_time_range",
+}
+
+
+def test_deeply_nested_bodies_are_invalid_selectors() -> None:
+    for body in (b"[" * 100_000, b'{"execution_ids":' + b"[" * 5000):
+        with pytest.raises(BadRequest) as caught:
+            parse_selector(body, max_items=3)
+        assert caught.value.code == "invalid_selector"

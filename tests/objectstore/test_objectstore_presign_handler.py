@@ -3,12 +3,16 @@ edges of the ASGI app that only raw HTTP reaches."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import http.client
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from objectstore_harness import SECRET, MutableClock, StoreHarness, sha
 
 from baml_studio.objectstore import SignatureExpired, SignatureInvalid
@@ -17,11 +21,13 @@ from baml_studio.objectstore.directory import DirectoryBucket
 from baml_studio.objectstore.errors import ObjectStoreUnavailable
 from baml_studio.objectstore.port import PresignedPut, sha256_b64
 from baml_studio.objectstore.presign import (
+    PARAM_ALGORITHM,
     PARAM_EXPIRES,
     PARAM_SHA256,
     PARAM_SIGNATURE,
     PARAM_SIZE,
     PresignSigner,
+    string_to_sign,
 )
 from baml_studio.objectstore.presigned_http import HttpResponse
 
@@ -207,3 +213,128 @@ def test_app_routes_only_presigned_puts(dir_harness: StoreHarness) -> None:
     assert _raw_request(base, "GET", target) == 405
     assert _raw_request(base, "PUT", "/elsewhere/k") == 404
     assert _raw_request(base, "PUT", target, chunked=True) == 411
+
+
+# --- hostile query strings and headers ---------------------------------------------------------
+
+PARAMS = [PARAM_ALGORITHM, PARAM_EXPIRES, PARAM_SIZE, PARAM_SHA256, PARAM_SIGNATURE]
+NOW = 1_000_000.0
+SIGNER = PresignSigner(SECRET, "http://gw", lambda: NOW)
+SIGNED_QUERY = query_of(SIGNER.sign("bkt", KEY, 5, sha(b"hello"), 60))
+NUMBERS = (
+    st.integers(min_value=-(10**25), max_value=10**25).map(str)
+    | st.from_regex(r"[-+ 0-9_]{1,24}", fullmatch=True)
+    | st.sampled_from(["1" * 5000, "\u0661\u0662", "0x10", "1e3", "00060", ""])
+)
+VALUES = st.text(max_size=80) | NUMBERS | st.sampled_from(sorted(SIGNED_QUERY.values()))
+QUERIES = (
+    st.dictionaries(st.sampled_from(PARAMS) | st.text(max_size=12), VALUES, max_size=7)
+    | st.builds(lambda name, value: {**SIGNED_QUERY, name: value}, st.sampled_from(PARAMS), VALUES)
+    | st.builds(
+        lambda name: {k: v for k, v in SIGNED_QUERY.items() if k != name}, st.sampled_from(PARAMS)
+    )
+    | st.builds(lambda name, value: {**SIGNED_QUERY, name: value}, st.text(max_size=12), VALUES)
+)
+
+
+def _resigned(expires: str, size: str) -> dict[str, str]:
+    """The signed query with ``expires`` and ``size`` as given and a signature made with the
+    secret over what ``int`` reads in them (what a lenient verifier would accept)."""
+    query = {**SIGNED_QUERY, PARAM_EXPIRES: expires, PARAM_SIZE: size}
+    try:
+        exp, length = int(expires), int(size)
+    except ValueError:
+        return query
+    message = string_to_sign("bkt", KEY, length, sha(b"hello"), exp)
+    query[PARAM_SIGNATURE] = hmac.new(SECRET, message, hashlib.sha256).hexdigest()
+    return query
+
+
+def verify_or_refuse(query: dict[str, str]) -> None:
+    try:
+        signed = SIGNER.verify("bkt", KEY, query)
+    except (SignatureInvalid, SignatureExpired) as exc:
+        assert str(exc)
+        return
+    assert str(signed.expires) == query[PARAM_EXPIRES] and str(signed.size) == query[PARAM_SIZE]
+    assert signed.expires >= NOW and signed.sha256 == query[PARAM_SHA256]
+
+
+@settings(max_examples=400, deadline=None)
+@given(QUERIES)
+def test_fuzz_any_query_string_verifies_or_is_refused(query: dict[str, str]) -> None:
+    verify_or_refuse(query)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.builds(_resigned, NUMBERS, NUMBERS))
+def test_fuzz_numbers_signed_with_the_secret_verify_only_in_canonical_form(
+    query: dict[str, str],
+) -> None:
+    verify_or_refuse(query)
+
+
+@pytest.mark.parametrize(
+    "expires", ["+1000060", " 1000060", "1_000_060", "01000060", "-1", "-" + "9" * 30]
+)
+def test_non_canonical_or_negative_expiry_is_invalid_even_when_signed(expires: str) -> None:
+    with pytest.raises(SignatureInvalid, match="X-Baml-Expires must be 1 to 19 decimal digits"):
+        SIGNER.verify("bkt", KEY, _resigned(expires, "5"))
+
+
+HEADER_NAMES = ["If-None-Match", "Content-Length", "x-amz-checksum-sha256", "content-length"]
+HEADER_VALUES = (
+    st.text(max_size=60)
+    | st.sampled_from(["*", "5", " 5 ", "1" * 5000, "0" * 30 + "5", sha256_b64(sha(DATA))])
+    | st.from_regex(r"[ 0-9]{0,25}", fullmatch=True)
+)
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    change=st.dictionaries(st.sampled_from(HEADER_NAMES) | st.text(max_size=8), HEADER_VALUES),
+    drop=st.sets(st.sampled_from(["If-None-Match", "Content-Length", "x-amz-checksum-sha256"])),
+    body=st.sampled_from([DATA, b"", DATA[:-1], b"x" * len(DATA)]),
+)
+def test_fuzz_headers_of_a_presigned_put_get_an_s3_answer(
+    store: DirectoryBucket, change: dict[str, str], drop: set[str], body: bytes
+) -> None:
+    presigned = store.presign_put(KEY, len(DATA), sha(DATA), 60)
+    headers = {k: v for k, v in presigned.required_headers.items() if k not in drop}
+    headers.update(change)
+    response = store.handle_presigned_put("evidence-test", KEY, query_of(presigned), headers, body)
+    if response.status == 200:
+        assert body == DATA and store.get(KEY) == DATA
+        return
+    assert response.status in (400, 403, 411, 412)
+    assert code_of(response) in {
+        "InvalidArgument", "EntityTooLarge", "EntityTooSmall", "IncompleteBody", "InvalidRequest",
+        "InvalidDigest", "BadDigest", "AccessDenied", "MissingContentLength", "PreconditionFailed",
+    }  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(bucket=st.text(max_size=12), key=st.text(max_size=40), query=QUERIES)
+def test_fuzz_error_bodies_are_xml_whatever_the_path_holds(
+    bucket: str, key: str, query: dict[str, str]
+) -> None:
+    config = DirectoryBucketConfig(Path("/nonexistent"), "evidence-test", "http://gw", SECRET)
+    store = DirectoryBucket(config, clock=lambda: NOW)
+    response = store.handle_presigned_put(bucket, key, query, {}, b"")
+    assert response.status in (403, 404) and code_of(response)
+
+
+def test_a_content_length_of_thousands_of_digits_is_400(store: DirectoryBucket) -> None:
+    headers = dict(store.presign_put(KEY, len(DATA), sha(DATA), 60).required_headers)
+    headers["Content-Length"] = "1" * 5000
+    response = _put(store, headers)
+    assert (response.status, code_of(response)) == (400, "InvalidArgument")
+    assert "is not a byte count" in (ET.fromstring(response.body).findtext("Message") or "")
+
+
+def test_a_control_character_in_the_key_still_gives_an_xml_error(store: DirectoryBucket) -> None:
+    response = store.handle_presigned_put("evidence-test", "a\x01b\ud800", {}, {}, b"")
+    assert (response.status, code_of(response)) == (403, "SignatureDoesNotMatch")
+    assert ET.fromstring(response.body).findtext("Resource") == "/evidence-test/a\ufffdb\ufffd"

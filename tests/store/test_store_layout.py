@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from baml_studio.store import PROFILE_DIR_ENV, Plane, StoreLayout, StreamStore, resolve_store_root
@@ -115,3 +116,36 @@ def test_custom_root_outside_baml_gets_no_gitignore(tmp_path: Path) -> None:
     _open_close(root)
     assert not (root.parent / ".gitignore").exists()
     assert (tmp_path / "custom" / "profiles-v1.lock").is_file()
+
+
+NEAR_DIGITS = "0123456789aAfF+-_ .\u0661\uff10\u00b2\n"
+SEGMENT_NAMES = st.text(max_size=40) | st.builds(
+    lambda stem, ext: f"{stem}{ext}",
+    st.text(alphabet=NEAR_DIGITS, min_size=18, max_size=22) | SEQ.map("{:020d}".format),
+    st.sampled_from([".bamlmeta", ".bamldata", ".BAMLMETA", ".bamlmeta.pending", "", "."]),
+)
+SEGMENT = re.compile(r"([0-9]{20})\.(bamlmeta|bamldata)", re.ASCII)
+
+
+@settings(max_examples=500)
+@given(SEGMENT_NAMES, st.sampled_from(list(Plane)))
+def test_fuzz_any_name_parses_to_its_own_sequence_or_none(name: str, plane: Plane) -> None:
+    sequence = parse_segment_name(plane, name)
+    expected = SEGMENT.fullmatch(name)
+    if expected is None or expected[2] != plane.ext or not 1 <= int(expected[1]) < 1 << 64:
+        assert sequence is None
+    else:
+        assert sequence is not None and segment_name(plane, sequence) == name
+
+
+STREAM_NAMES = st.text(max_size=40) | st.text(alphabet="0123456789abcdefABG \n\u0661", max_size=34)
+
+
+@settings(max_examples=500)
+@given(STREAM_NAMES)
+def test_fuzz_any_name_parses_to_its_own_euid_or_none(name: str) -> None:
+    euid = parse_stream_dir_name(name)
+    if re.fullmatch(r"[0-9a-f]{32}", name, re.ASCII) is None:
+        assert euid is None
+    else:
+        assert euid is not None and len(euid) == 16 and euid.hex() == name

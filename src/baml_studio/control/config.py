@@ -15,11 +15,11 @@ A PostgreSQL or MySQL metastore and a ClickHouse server are chosen by URL alone
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from baml_studio.configfile import construct, read_json_object, settings_of
 from baml_studio.control.ingest import BatchLimits
 from baml_studio.control.resident import ResidentBudget
 
@@ -30,6 +30,9 @@ DEFAULT_RESIDENT_CAPS = ResidentBudget(
     max_result_rows=10_000_000,
     max_result_bytes=2 * 1024**3,
 )
+
+_NOT_SET = frozenset({"data_dir"})
+"""Fields of :class:`ControlConfig` that ``control.json`` cannot set."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,13 +68,31 @@ class ControlConfig:
     scope keeps reaching projection batches for at most this long. The active generation is
     read per batch: a projector learns of a new generation only from the 409 it gets."""
 
+    def __post_init__(self) -> None:
+        problems = [
+            f"{name}={value} (must be >= {least})"
+            for name, value, least in (
+                ("snapshot_ttl_s", self.snapshot_ttl_s, 1),
+                ("max_concurrent_queries", self.max_concurrent_queries, 1),
+                ("batch_auth_cache_s", self.batch_auth_cache_s, 0),
+                *((f"resident_caps.{k}", v, 1) for k, v in asdict(self.resident_caps).items()),
+                *((f"batch_limits.{k}", v, 1) for k, v in asdict(self.batch_limits).items()),
+            )
+            if not value >= least
+        ]
+        if problems:
+            raise ValueError("invalid ControlConfig: " + ", ".join(problems))
+
     @property
     def keys_path(self) -> Path:
         return self.data_dir / "control-keys.json"
 
     @classmethod
     def from_data_dir(cls, data_dir: Path, **overrides: Any) -> ControlConfig:
-        """Defaults under ``data_dir``, then ``control.json``, then ``overrides``."""
+        """Defaults under ``data_dir``, then ``control.json``, then ``overrides`` (``None``
+        ones skipped). A ``control.json`` that is not JSON, holds an unknown setting or a
+        value of the wrong type or range raises :class:`~baml_studio.configfile.ConfigError`
+        (a ``ValueError``) naming the setting; an unreadable one raises ``OSError``."""
         data_dir = data_dir.resolve()
         settings: dict[str, Any] = {
             "metastore_url": f"sqlite:///{data_dir / 'metastore.db'}",
@@ -79,15 +100,6 @@ class ControlConfig:
         }
         path = data_dir / "control.json"
         if path.exists():
-            raw = json.loads(path.read_text("utf-8"))
-            known = {f.name for f in fields(cls)} - {"data_dir"}
-            unknown = sorted(set(raw) - known)
-            if unknown:
-                raise ValueError(f"{path}: unknown settings {unknown}; known: {sorted(known)}")
-            if "resident_caps" in raw:
-                raw["resident_caps"] = ResidentBudget(**raw["resident_caps"])
-            if "batch_limits" in raw:
-                raw["batch_limits"] = BatchLimits(**raw["batch_limits"])
-            settings.update(raw)
+            settings.update(settings_of(cls, read_json_object(path), str(path), exclude=_NOT_SET))
         settings.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(data_dir=data_dir, **settings)
+        return construct(cls, {"data_dir": data_dir, **settings}, str(path))

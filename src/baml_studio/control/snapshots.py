@@ -23,6 +23,8 @@ from baml_studio.gateway.tokens import KeyRing
 
 PREFIX = "snap_"
 KIND = "snapshot"
+MAX_EXPIRES_AT = int(datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp())
+"""The last ``exp`` a snapshot can carry (the end of year 9999, as ``datetime`` allows)."""
 
 
 class InvalidSnapshot(BadRequest):
@@ -104,9 +106,9 @@ def resolve(ring: KeyRing, snapshot_id: str, *, now: float | None = None) -> Sna
         snapshot = Snapshot(
             snapshot_id,
             scope,
-            str(claims["catalog_version"]),
-            str(claims["generation"]),
-            int(claims["exp"]),
+            _text_claim(claims, "catalog_version"),
+            _text_claim(claims, "generation"),
+            _exp_claim(claims),
         )
     except (jwt.PyJWTError, KeyError, TypeError, ValueError) as exc:
         raise InvalidSnapshot(f"snapshot_id is not a valid snapshot: {exc}") from exc
@@ -118,3 +120,18 @@ def resolve(ring: KeyRing, snapshot_id: str, *, now: float | None = None) -> Sna
             details={"expires_at": snapshot.as_json()["expires_at"]},
         )
     return snapshot
+
+
+def _text_claim(claims: dict[str, Any], name: str) -> str:
+    value = claims[name]
+    if not isinstance(value, str):
+        raise ValueError(f"claim {name} is {type(value).__name__}, not a string")
+    return value
+
+
+def _exp_claim(claims: dict[str, Any]) -> int:
+    """``exp``: whole Unix seconds that ``Snapshot.as_json`` can render (years 1970 to 9999)."""
+    exp = claims["exp"]
+    if isinstance(exp, bool) or not isinstance(exp, int) or not 0 <= exp <= MAX_EXPIRES_AT:
+        raise ValueError(f"claim exp must be whole seconds in 0..{MAX_EXPIRES_AT}")
+    return exp

@@ -27,10 +27,12 @@ stream object (:mod:`.refs`), then decides:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Iterable, Set
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from baml_studio.configfile import build
+from baml_studio.erasure.errors import ErasureStoreError
 from baml_studio.erasure.refs import Listing, RefReader, StreamObject
 
 
@@ -63,19 +65,13 @@ class ErasurePlan:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> ErasurePlan:
-        stats = dict(raw.get("stats") or {})
-        stats["corrupt"] = tuple(stats.get("corrupt", ()))
-        return cls(
-            tuple(raw["streams"]),
-            tuple(raw["object_keys"]),
-            tuple(raw["packs"]),
-            tuple(raw["root_ids"]),
-            tuple(raw["doomed_values"]),
-            tuple(raw["doomed_tables"]),
-            tuple(raw["rewrite_packs"]),
-            PlanStats(**stats),
-        )
+    def from_json(cls, raw: object) -> ErasurePlan:
+        """The plan :meth:`to_json` wrote (``stats`` optional). Anything else (not an object,
+        a missing or unknown field, a list holding a non-string) raises ``ErasureStoreError``:
+        the erasures file holds a plan this version cannot use."""
+        if isinstance(raw, dict) and raw.get("stats", {}) is None:
+            raw = {name: value for name, value in raw.items() if name != "stats"}
+        return build(cls, raw, "the stored erasure plan", error=ErasureStoreError)
 
 
 def build_plan(

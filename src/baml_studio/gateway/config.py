@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from baml_studio.configfile import build
+
 SCOPE_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 """A tenant, project or environment id: one safe object-key segment (1–128 characters)."""
 
@@ -131,17 +133,13 @@ class PublisherLimits:
         }
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> PublisherLimits:
-        """From a JSON object with any subset of the fields; ``ValueError`` on unknown ones."""
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise ValueError(f"unknown publisher limits {unknown}; known: {sorted(known)}")
-        values = dict(raw)
-        for name in ("supported_segment_versions", "supported_cas_versions"):
-            if name in values:
-                values[name] = tuple(values[name])
-        return cls(**values)
+    def from_dict(
+        cls, raw: object, *, source: str = "publisher limits", at: str = ""
+    ) -> PublisherLimits:
+        """From a JSON object with any subset of the fields; anything else (unknown fields, a
+        value of the wrong type or out of range) raises :class:`~baml_studio.configfile.ConfigError`
+        (a ``ValueError``) naming the field, at ``at`` in ``source``."""
+        return build(cls, raw, source, at=at)
 
 
 REMOTE_HEAD_CONCURRENCY = 16

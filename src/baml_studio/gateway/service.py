@@ -30,26 +30,27 @@ the S3 credentials. On AWS the queue policy must allow ``sqs:SendMessage`` from
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal
 
+from baml_studio.configfile import ConfigError, build, checked_value, construct, read_json_object
 from baml_studio.gateway.app import AsgiApp, create_app
 from baml_studio.gateway.authorize import Gateway
 from baml_studio.gateway.config import REMOTE_HEAD_CONCURRENCY, GatewayConfig, PublisherLimits
 from baml_studio.gateway.environments import EnvironmentsFile
 from baml_studio.gateway.tokens import KeyRingFile, PublisherTokenVerifier
 from baml_studio.objectstore import open_object_store
-from baml_studio.objectstore.config import DirectoryBucketConfig, S3Config
+from baml_studio.objectstore.config import DirectoryBucketConfig, S3Config, validate_bucket_name
 from baml_studio.objectstore.directory import DirectoryBucket
+from baml_studio.objectstore.errors import InvalidArgument
 from baml_studio.objectstore.notifications import NotificationSetupError, NotifyingSink
 from baml_studio.objectstore.port import ObjectInfo, ObjectStore
-from baml_studio.queue.config import QueueSettings, SqliteQueueConfig, SqsQueueConfig
+from baml_studio.queue.config import SqliteQueueConfig, SqsQueueConfig
 from baml_studio.queue.errors import QueueError
 from baml_studio.queue.port import QueueSender
 from baml_studio.queue.sqlite import SqliteQueue
@@ -138,36 +139,47 @@ def load_dataplane_config(
     control_plane_url: str | None = None,
 ) -> DataplaneConfig:
     """The configuration in ``DIR/dataplane.json`` (all optional) over the embedded defaults;
-    ``setup_s3`` forces ``s3_notifications: "configure"``."""
+    ``setup_s3`` forces ``s3_notifications: "configure"``. A file that is not JSON, or holds an
+    unknown setting or a value of the wrong type or range, raises
+    :class:`~baml_studio.configfile.ConfigError` (a ``ValueError``) naming the file and the
+    setting; an unreadable one raises ``OSError``."""
     path = data_dir / "dataplane.json"
-    raw: dict[str, Any] = json.loads(path.read_text("utf-8")) if path.exists() else {}
+    raw = read_json_object(path) if path.exists() else {}
     unknown = sorted(set(raw) - _SETTINGS)
     if unknown:
-        raise ValueError(f"{path}: unknown settings {unknown}")
-    limits = PublisherLimits.from_dict(raw.get("limits", {}))
-    gateway = GatewayConfig(limits=limits, **raw.get("gateway", {}))
-    s3 = S3Config(**raw["s3"]) if "s3" in raw else None
-    sqs = _sqs_config(raw["sqs"]) if "sqs" in raw else None
+        raise ConfigError(f"{path} has unknown settings {unknown}; known: {sorted(_SETTINGS)}")
+    source = str(path)
+    limits = PublisherLimits.from_dict(raw.get("limits", {}), source=source, at="limits")
+    gateway_raw = raw.get("gateway", {})
+    gateway = build(GatewayConfig, gateway_raw, source, at="gateway", exclude={"limits"})
+    s3 = (
+        build(S3Config, raw["s3"], source, at="s3", refusals=(InvalidArgument,))
+        if "s3" in raw
+        else None
+    )
+    sqs = build(SqsQueueConfig, raw["sqs"], source, at="sqs") if "sqs" in raw else None
     if setup_s3 and (s3 is None or sqs is None):
-        raise ValueError('--setup-s3 needs both "s3" and "sqs" in dataplane.json')
-    mode = cast(
-        NotificationMode, "configure" if setup_s3 else raw.get("s3_notifications", "verify")
-    )
-    return DataplaneConfig(
-        data_dir=data_dir,
-        public_base_url=raw.get("public_base_url", f"http://{host}:{port}"),
-        gateway=gateway,
-        bucket=raw.get("bucket", DEFAULT_BUCKET),
-        s3=s3,
-        sqs=sqs,
-        s3_notifications=mode,
-        control_plane_url=control_plane_url,
-    )
-
-
-def _sqs_config(raw: Mapping[str, Any]) -> SqsQueueConfig:
-    settings = QueueSettings(**raw.get("settings", {}))
-    return SqsQueueConfig(**{**raw, "settings": settings})
+        raise ConfigError(f'--setup-s3 needs both "s3" and "sqs" in {path}')
+    bucket = checked_value(str, raw.get("bucket", DEFAULT_BUCKET), source, "bucket")
+    try:
+        validate_bucket_name(bucket)
+    except InvalidArgument as exc:
+        raise ConfigError(f"{source}: bucket: {exc}") from exc
+    mode = raw.get("s3_notifications", "verify")
+    public_base_url = raw.get("public_base_url", f"http://{host}:{port}")
+    settings = {
+        "data_dir": data_dir,
+        "public_base_url": checked_value(str, public_base_url, source, "public_base_url"),
+        "gateway": replace(gateway, limits=limits),
+        "bucket": bucket,
+        "s3": s3,
+        "sqs": sqs,
+        "s3_notifications": "configure"
+        if setup_s3
+        else checked_value(NotificationMode, mode, source, "s3_notifications"),
+        "control_plane_url": control_plane_url,
+    }
+    return construct(DataplaneConfig, settings, source)
 
 
 def read_or_create_secret(path: Path) -> bytes:

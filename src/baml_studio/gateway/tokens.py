@@ -36,6 +36,7 @@ from typing import Any, Literal, Protocol
 
 import jwt
 
+from baml_studio.configfile import show
 from baml_studio.gateway.config import Scope
 from baml_studio.gateway.errors import Forbidden, KeyringError, Unauthenticated
 
@@ -232,18 +233,55 @@ class KeyRing:
 
     @classmethod
     def from_json(cls, text: str) -> KeyRing:
-        raw = json.loads(text)
-        keys = []
-        for entry in raw["keys"]:
-            alg = entry["alg"]
-            if alg == "HS256":
-                material = base64.b64decode(entry["secret"], validate=True)
-            elif alg == "EdDSA":
-                material = entry["private_key"].encode("ascii")
-            else:
-                raise ValueError(f"key {entry.get('kid')!r}: algorithm {alg!r} not in {ALGORITHMS}")
-            keys.append(SigningKey(str(entry["kid"]), alg, material))
-        return cls(tuple(keys), str(raw["active"]))
+        """The ring :meth:`to_json` wrote. Anything else (not JSON, a missing or mistyped
+        field, a secret that is not base64, a private key that is not an Ed25519 PEM, repeated
+        key ids, an ``active`` key not in the ring) raises ``KeyringError`` naming the entry."""
+        try:
+            raw = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise KeyringError(f"the key ring is not JSON ({exc})") from exc
+        if not isinstance(raw, dict) or not isinstance(raw.get("keys"), list):
+            raise KeyringError(
+                'a key ring is {"active": kid, "keys": [{"kid", "alg", "secret" | '
+                f'"private_key"}}, ...]}}, not {show(raw)}'
+            )
+        active = raw.get("active")
+        if not isinstance(active, str):
+            raise KeyringError(f"the key ring's active key id is {show(active)}, not a string")
+        keys = tuple(_signing_key(index, entry) for index, entry in enumerate(raw["keys"]))
+        try:
+            return cls(keys, active)
+        except ValueError as exc:
+            raise KeyringError(f"the key ring is inconsistent: {exc}") from exc
+
+
+def _signing_key(index: int, entry: object) -> SigningKey:
+    """Entry ``index`` of a key ring file, checked as far as loading its material."""
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    if not isinstance(entry, dict):
+        raise KeyringError(f"key ring entry {index} is {show(entry)}, not a JSON object")
+    kid, alg = entry.get("kid"), entry.get("alg")
+    if not isinstance(kid, str) or not kid:
+        raise KeyringError(f"key ring entry {index} has kid {show(kid)}; give a non-empty string")
+    field = "secret" if alg == "HS256" else "private_key" if alg == "EdDSA" else None
+    if field is None:
+        raise KeyringError(f"key {kid!r}: algorithm {show(alg)} is not one of {ALGORITHMS}")
+    text = entry.get(field)
+    if not isinstance(text, str):
+        raise KeyringError(f"key {kid!r} ({alg}) needs {field!r} as a string")
+    try:
+        if alg == "HS256":
+            return SigningKey(kid, "HS256", base64.b64decode(text, validate=True))
+        key = SigningKey(kid, "EdDSA", text.encode("ascii"))
+        if not isinstance(key.signing_material(), Ed25519PrivateKey):
+            raise KeyringError(f"key {kid!r}: private_key is not an Ed25519 key")
+    except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
+        # binascii.Error and UnicodeEncodeError are ValueErrors; a PEM that does not load
+        # raises ValueError, or TypeError when it is encrypted.
+        raise KeyringError(f"key {kid!r}: its {field} does not load ({exc})") from exc
+    return key
 
 
 class KeyRingFile:
@@ -266,7 +304,9 @@ class KeyRingFile:
                 f"no key file at {self.path}; a gateway's is created by "
                 "'baml-studio tokens mint --data DIR …', a control plane's on first start"
             ) from exc
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except KeyringError as exc:
+            raise KeyringError(f"key file {self.path}: {exc}") from exc
+        except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
             raise KeyringError(f"key file {self.path} is unreadable: {exc}") from exc
         return self._ring
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ PARAM_EXPIRES = "X-Baml-Expires"
 PARAM_SIZE = "X-Baml-Content-Length"
 PARAM_SHA256 = "X-Baml-Checksum-Sha256"
 PARAM_SIGNATURE = "X-Baml-Signature"
+_WHOLE_NUMBER = re.compile(r"0|[1-9][0-9]{0,18}")
 PATH_PREFIX = "/bucket/"
 """Route of presigned PUTs on the gateway: ``PUT /bucket/{bucket}/{key:path}``."""
 
@@ -110,8 +112,8 @@ class PresignSigner:
                 key=key,
             )
         try:
-            expires = int(query[PARAM_EXPIRES])
-            size = int(query[PARAM_SIZE])
+            expires = _whole_number(query[PARAM_EXPIRES], PARAM_EXPIRES)
+            size = _whole_number(query[PARAM_SIZE], PARAM_SIZE)
             sha256 = validate_sha256(query[PARAM_SHA256], key=key)
             signature = query[PARAM_SIGNATURE]
         except (KeyError, ValueError, TypeError) as exc:
@@ -136,3 +138,12 @@ class PresignSigner:
                 key=key,
             )
         return SignedPut(bucket=bucket, key=key, size=size, sha256=sha256, expires=expires)
+
+
+def _whole_number(text: str, name: str) -> int:
+    """A parameter as :meth:`PresignSigner.sign` writes it: decimal ASCII digits without sign,
+    padding or separators, at most 19 (``int`` alone would also take ``+1``, `` 1``, ``1_0``
+    and other digits, so one signature would fit several URLs)."""
+    if not (isinstance(text, str) and _WHOLE_NUMBER.fullmatch(text)):
+        raise ValueError(f"{name} must be 1 to 19 decimal digits, got {text!r:.40}")
+    return int(text)

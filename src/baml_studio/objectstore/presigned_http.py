@@ -21,6 +21,7 @@ Checks, in order (each failure answers in the S3 XML error shape)::
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, NamedTuple
@@ -40,6 +41,12 @@ if TYPE_CHECKING:
     from baml_studio.objectstore.directory import DirectoryBucket
 
 
+MAX_LENGTH_DIGITS = 19
+"""The longest Content-Length read: 19 digits hold any size S3 takes (a signed 64-bit integer)."""
+
+_NOT_XML_CHAR = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
 class HttpResponse(NamedTuple):
     """Status, headers and body of one response."""
 
@@ -53,13 +60,19 @@ def s3_error(status: int, code: str, message: str, resource: str) -> HttpRespons
     request_id = uuid.uuid4().hex
     body = (
         '<?xml version="1.0" encoding="UTF-8"?>\n'
-        f"<Error><Code>{escape(code)}</Code><Message>{escape(message)}</Message>"
-        f"<Resource>{escape(resource)}</Resource><RequestId>{request_id}</RequestId></Error>"
+        f"<Error><Code>{_xml_text(code)}</Code><Message>{_xml_text(message)}</Message>"
+        f"<Resource>{_xml_text(resource)}</Resource><RequestId>{request_id}</RequestId></Error>"
     ).encode()
     headers = {"Content-Type": "application/xml", "x-amz-request-id": request_id}
     if status == 503:
         headers["Retry-After"] = "1"
     return HttpResponse(status, headers, body)
+
+
+def _xml_text(text: str) -> str:
+    """``text`` escaped for XML, each character XML 1.0 cannot hold (control characters, from a
+    key or bucket in the path, say) replaced by U+FFFD so the error body still parses."""
+    return _NOT_XML_CHAR.sub("\ufffd", escape(text))
 
 
 def handle_presigned_put(
@@ -123,11 +136,11 @@ def _check_request(
     declared = headers.get("content-length")
     if declared is None:
         return s3_error(411, "MissingContentLength", "send Content-Length", resource)
-    if not (declared.strip().isascii() and declared.strip().isdigit()):
-        return s3_error(
-            400, "InvalidArgument", f"Content-Length {declared!r} is not a number", resource
-        )
-    length = int(declared)
+    digits = declared.strip()
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= MAX_LENGTH_DIGITS):
+        message = f"Content-Length {declared!r:.60} is not a byte count (up to 19 digits)"
+        return s3_error(400, "InvalidArgument", message, resource)
+    length = int(digits)
     if length != size:
         code = "EntityTooLarge" if length > size else "EntityTooSmall"
         message = f"Content-Length {length} differs from the signed size {size}"
