@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, Union
 
 from baml_studio.format.errors import BamlStudioError
+from baml_studio.jsontext import parse_json
 
 T = TypeVar("T")
 ErrorFactory = Callable[[str], Exception]
@@ -54,10 +55,10 @@ def show(value: object) -> str:
 def read_json_object(path: Path, *, error: ErrorFactory = ConfigError) -> dict[str, Any]:
     """The JSON object in ``path``. Text that is not UTF-8 JSON, or JSON that is not an object,
     raises ``error``; an unreadable file raises ``OSError`` (the file is unavailable, not wrong)."""
-    try:
-        raw = json.loads(path.read_text("utf-8"))
-    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-        raise error(f"{path} is not valid JSON ({exc}); fix the file or remove it") from exc
+    raw = parse_json(
+        path.read_bytes(),
+        lambda reason: error(f"{path} is not valid JSON ({reason}); fix the file or remove it"),
+    )
     if not isinstance(raw, dict):
         raise error(f"{path} must hold a JSON object {{...}}, not {show(raw)}")
     return raw

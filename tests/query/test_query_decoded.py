@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from query_fakes import E1, FakeSource
 
 import baml_studio.query.values as values_mod
 from baml_studio.format.values import String
 from baml_studio.query import QueryBudgets, QueryEngine
+from baml_studio.query.render import batch_rows
 from baml_studio.query.values import DecodedValues
 
 SQL = [
@@ -97,3 +99,11 @@ def test_the_cache_is_bounded_by_entries_and_body_bytes() -> None:
     by_bytes.put(b"big", String("x"), 101)  # over an eighth of the bound: not kept
     assert by_bytes.get(b"big") is None
     assert DecodedValues(max_entries=0).put(b"a", String("a"), 1) is None
+
+
+def test_a_value_column_nested_deeper_than_python_parses_stays_text() -> None:
+    deep = "[" * 5000 + "]" * 5000
+    batch = pa.record_batch({"v": pa.array([deep, "[1]", None], pa.string())})
+    no_handles: Any = None  # no handle column: the resolver is never asked
+    rows = batch_rows(batch, ["v"], frozenset({"v"}), resolver=no_handles)
+    assert [row["v"] for row in rows] == [deep, [1], None]

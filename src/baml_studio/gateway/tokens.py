@@ -39,6 +39,7 @@ import jwt
 from baml_studio.configfile import show
 from baml_studio.gateway.config import Scope
 from baml_studio.gateway.errors import Forbidden, KeyringError, Unauthenticated
+from baml_studio.jsontext import parse_json
 
 PUBLISHER_KIND = "publisher"
 Algorithm = Literal["HS256", "EdDSA"]
@@ -236,10 +237,7 @@ class KeyRing:
         """The ring :meth:`to_json` wrote. Anything else (not JSON, a missing or mistyped
         field, a secret that is not base64, a private key that is not an Ed25519 PEM, repeated
         key ids, an ``active`` key not in the ring) raises ``KeyringError`` naming the entry."""
-        try:
-            raw = json.loads(text)
-        except (ValueError, RecursionError) as exc:
-            raise KeyringError(f"the key ring is not JSON ({exc})") from exc
+        raw = parse_json(text, lambda reason: KeyringError(f"the key ring is not JSON ({reason})"))
         if not isinstance(raw, dict) or not isinstance(raw.get("keys"), list):
             raise KeyringError(
                 'a key ring is {"active": kid, "keys": [{"kid", "alg", "secret" | '

@@ -116,6 +116,8 @@ def _parse_json(text: str | None) -> Any:
         return json.loads(text)
     except ValueError:
         return text  # a UNION branch that projected plain text into a value column
+    except RecursionError:
+        return text  # nested deeper than Python parses: the row keeps it as its JSON text
 
 
 def _render_handle(resolver: ValueResolver, handle: bytes | None) -> Any:
