@@ -1,5 +1,6 @@
 """Garbage-collector settings for long-running servers (``serve control``, ``serve dataplane``)
-and the projector's processes (``projector``, its ``--processes`` helpers).
+and the projector's processes (``projector``, its ``--processes`` helpers, the Lambda entry
+points' execution environments).
 
 :func:`tune_for_serving` runs once startup is done (:func:`tuned_for_serving` around a command
 that tests run in their own process):

@@ -9,6 +9,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -51,6 +54,7 @@ from baml_studio.projector.service import Projector, ProjectorConfig, open_proje
 from baml_studio.projector.worker import Outcome, ProjectorWorker, WorkerConfig
 from baml_studio.queue.errors import InvalidQueueArgument
 from baml_studio.queue.port import Message, Queue, check_send
+from baml_studio.servergc import THRESHOLDS
 
 __all__ = ["workload_store"]
 
@@ -661,3 +665,24 @@ def test_a_malformed_record_is_listed_and_never_handled(control: ControlClient) 
     response = process_event(worker, {"Records": [broken, healthy_record(2)]})
     assert response == {"batchItemFailures": [{"itemIdentifier": "m-broken"}]}
     assert worker.outcomes == {"ok-2": "deleted"} and not dead.bodies
+
+
+def test_the_entry_point_tunes_its_process_collector_once_opened(tmp_path: Path) -> None:
+    """In a process of its own (the function's execution environment), so this one keeps its
+    collector: the first invocation opens the projector, then sets the servers' settings."""
+    load_dataplane_config(dataplane_dir(tmp_path), host="127.0.0.1", port=8787)
+    env = {**os.environ, **lambda_env(tmp_path, closed_port_url(), "token")}
+    code = (
+        "import gc, json; from baml_studio.projector import lambda_handler as h; "
+        "before = gc.get_threshold(); "
+        "answer = h.handler({'Records': []}, None); "
+        "print(json.dumps([answer, list(before), gc.get_freeze_count() > 0, "
+        "list(gc.get_threshold())]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    answer, before, frozen, after = json.loads(out.stdout.splitlines()[-1])
+    assert answer == {"batchItemFailures": []}
+    assert tuple(before) != THRESHOLDS
+    assert frozen and tuple(after) == THRESHOLDS

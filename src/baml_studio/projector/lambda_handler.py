@@ -113,6 +113,7 @@ from baml_studio.projector.worker import ProjectorWorker
 from baml_studio.queue.config import SqsQueueConfig
 from baml_studio.queue.errors import QueueError
 from baml_studio.queue.port import Message, Queue
+from baml_studio.servergc import tune_for_serving
 
 log = logging.getLogger(__name__)
 
@@ -366,7 +367,16 @@ def open_from_env() -> Projector:
     return open_projector(config_from_env())
 
 
-_ENTRY_POINT = LambdaEntryPoint(open_from_env)
+def open_for_serving() -> Projector:
+    """:func:`open_from_env`, then this process's collector tuned as the projector CLI's
+    (``servergc``): an execution environment runs only the function and keeps the projector
+    for its later invocations. The module's entry points open with it."""
+    projector = open_from_env()
+    tune_for_serving()
+    return projector
+
+
+_ENTRY_POINT = LambdaEntryPoint(open_for_serving)
 
 
 def handler(event: Any, context: Any) -> BatchResponse:
@@ -443,7 +453,7 @@ class MaintenanceEntryPoint(_KeptProjector):
         return body
 
 
-_MAINTENANCE = MaintenanceEntryPoint(open_from_env)
+_MAINTENANCE = MaintenanceEntryPoint(open_for_serving)
 
 
 def maintenance_handler(event: Any, context: Any) -> dict[str, Any]:
