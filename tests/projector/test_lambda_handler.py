@@ -365,6 +365,20 @@ def test_open_from_env_refuses_a_bad_bucket_name_before_opening_anything(
         open_from_env()
 
 
+def test_open_from_env_refuses_a_short_presign_key_in_the_dataplane_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = tmp_path / "keys" / "presign.key"
+    key.parent.mkdir()
+    key.write_bytes(b"short")
+    monkeypatch.setenv("BAML_CONTROL_PLANE_URL", "https://control.example")
+    monkeypatch.setenv("BAML_WORKLOAD_TOKEN", "secret-t")
+    monkeypatch.setenv("BAML_DATAPLANE_DIR", str(tmp_path))
+    with pytest.raises(LambdaConfigError, match=f"BAML_DATAPLANE_DIR: {key} holds 5 bytes"):
+        open_from_env()
+    assert key.read_bytes() == b"short"
+
+
 @settings(max_examples=300, deadline=None)
 @given(bucket=st.text(min_size=1, max_size=70) | st.from_regex(r"[a-z0-9.-]{1,70}", fullmatch=True))
 def test_fuzz_any_bucket_name_configures_or_is_a_config_error(bucket: str) -> None:

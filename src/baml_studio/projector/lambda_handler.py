@@ -96,6 +96,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from baml_studio.configfile import ConfigError
 from baml_studio.gateway.config import Scope
 from baml_studio.gateway.service import DataplaneConfig, load_dataplane_config
 from baml_studio.objectstore.config import S3Config, validate_bucket_name
@@ -376,8 +377,14 @@ class LambdaEntryPoint(_KeptProjector):
 
 
 def open_from_env() -> Projector:
-    """The projector the function's environment names (:func:`config_from_env`)."""
-    return open_projector(config_from_env())
+    """The projector the function's environment names (:func:`config_from_env`). A file of the
+    data-plane directory that cannot be used (a short ``keys/presign.key``) is a
+    :class:`LambdaConfigError` too."""
+    config = config_from_env()
+    try:
+        return open_projector(config)
+    except ConfigError as exc:
+        raise LambdaConfigError(f"BAML_DATAPLANE_DIR: {exc}") from exc
 
 
 def open_for_serving() -> Projector:
