@@ -302,7 +302,8 @@ def open_dataplane(config: DataplaneConfig, *, key_set: RemoteKeySet | None = No
         store = open_object_store(config.s3)  # boto3 is imported only here
         notifications = wire_s3_notifications(config, store)
     else:
-        secret = read_or_create_secret(config.data_dir / "keys" / "presign.key")  # a bad key leaves no queue open
+        # read before the queue is opened, so a bad key leaves nothing open
+        secret = read_or_create_secret(config.data_dir / "keys" / "presign.key")
         queue = SqliteQueue.open(config.queue_config)
         bucket = DirectoryBucket(
             DirectoryBucketConfig(
