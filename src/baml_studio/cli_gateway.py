@@ -2,10 +2,11 @@
 over :mod:`baml_studio.gateway`. Register with ``main.add_command(serve)``,
 ``main.add_command(tokens)`` and ``main.add_command(setup)``.
 
-Exit codes: 0 success, 2 usage error (bad option or an unreadable ``dataplane.json``),
-3 ``setup s3-notifications --verify`` found rules missing, 4 the data directory or S3/SQS is
-unavailable (cannot be created, read or written; S3/SQS did not answer), 5 S3 or SQS refused the
-setup (missing bucket, access denied, invalid queue name).
+Exit codes: 0 success, 2 usage error (bad option, an unreadable ``dataplane.json`` or a
+malformed ``keys/presign.key``), 3 ``setup s3-notifications --verify`` found rules missing, 4 the
+data directory (or its key ring) or S3/SQS is unavailable (cannot be created, read, parsed or
+written; S3/SQS did not answer), 5 S3 or SQS refused the setup (missing bucket, access denied,
+invalid queue name).
 
 AWS queue policy: S3 sends to a queue only if the queue's policy allows ``sqs:SendMessage`` from
 ``s3.amazonaws.com`` with ``aws:SourceArn`` = ``arn:aws:s3:::<bucket>``, and AWS refuses to save
@@ -146,8 +147,13 @@ def serve_dataplane(
     config = _load_config(data, host, port, setup_s3, control_plane)
     try:
         dataplane = open_dataplane(config)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
     except OSError as exc:
         click.echo(f"error: data directory {data} is unavailable: {exc}", err=True)
+        raise SystemExit(EXIT_UNAVAILABLE) from exc
+    except KeyringError as exc:  # as tokens mint and rotate report it
+        click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_UNAVAILABLE) from exc
     except NotificationSetupError as exc:
         click.echo(f"error: {exc}", err=True)

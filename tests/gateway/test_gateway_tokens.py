@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from baml_studio.gateway.config import Scope
 from baml_studio.gateway.errors import Forbidden, KeyringError, Unauthenticated
 from baml_studio.gateway.tokens import (
+    MIN_SECRET_BYTES,
     KeyRing,
     KeyRingFile,
     PublisherTokenVerifier,
@@ -124,6 +125,7 @@ def ring_or_keyring_error(text: str) -> None:
     assert KeyRing.from_json(ring.to_json()) == ring
     for key in ring.keys:
         key.verifying_material()  # loads: a ring that loads can verify
+        assert key.alg != "HS256" or len(key.material) >= MIN_SECRET_BYTES
 
 
 @settings(max_examples=300, deadline=None)
@@ -148,7 +150,7 @@ def test_fuzz_keyring_from_json_loads_or_raises_keyring_error(text: str) -> None
          "needs 'private_key' as a string"),
         ('{"active": "a", "keys": [{"kid": "a", "alg": "EdDSA", "private_key": "junk"}]}',
          "its private_key does not load"),
-        ('{"active": "b", "keys": [{"kid": "a", "alg": "HS256", "secret": ""}]}',
+        ('{"active": "b", "keys": [{"kid": "a", "alg": "HS256", "secret": "' + "A" * 44 + '"}]}',
          "active key 'b' is not in the ring"),
         ("[" * 100_000, "not JSON"),
     ],

@@ -341,6 +341,55 @@ def test_config_from_env_reads_the_documented_variables(tmp_path: Path) -> None:
         config_from_env({**base, "BAML_DATAPLANE_DIR": str(tmp_path)})
 
 
+S3_ENV = {
+    "BAML_CONTROL_PLANE_URL": "https://control.example",
+    "BAML_WORKLOAD_TOKEN": "secret-t",
+    "BAML_SQS_QUEUE": "baml-projection",
+}
+
+
+@pytest.mark.parametrize("bucket", ["X", "a b", "ab", "a..b", "-evidence", "Evidence", "é" * 5])
+def test_a_bad_bucket_name_is_a_config_error_naming_the_variable_and_value(bucket: str) -> None:
+    with pytest.raises(LambdaConfigError) as caught:
+        config_from_env({**S3_ENV, "BAML_S3_BUCKET": bucket})
+    assert "BAML_S3_BUCKET" in str(caught.value) and repr(bucket) in str(caught.value)
+
+
+def test_open_from_env_refuses_a_bad_bucket_name_before_opening_anything(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("BAML_DATAPLANE_DIR", raising=False)
+    for name, value in {**S3_ENV, "BAML_S3_BUCKET": "a b"}.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(LambdaConfigError, match="BAML_S3_BUCKET: bucket name 'a b' is invalid"):
+        open_from_env()
+
+
+def test_open_from_env_refuses_a_short_presign_key_in_the_dataplane_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = tmp_path / "keys" / "presign.key"
+    key.parent.mkdir()
+    key.write_bytes(b"short")
+    monkeypatch.setenv("BAML_CONTROL_PLANE_URL", "https://control.example")
+    monkeypatch.setenv("BAML_WORKLOAD_TOKEN", "secret-t")
+    monkeypatch.setenv("BAML_DATAPLANE_DIR", str(tmp_path))
+    with pytest.raises(LambdaConfigError, match=f"BAML_DATAPLANE_DIR: {key} holds 5 bytes"):
+        open_from_env()
+    assert key.read_bytes() == b"short"
+
+
+@settings(max_examples=300, deadline=None)
+@given(bucket=st.text(min_size=1, max_size=70) | st.from_regex(r"[a-z0-9.-]{1,70}", fullmatch=True))
+def test_fuzz_any_bucket_name_configures_or_is_a_config_error(bucket: str) -> None:
+    try:
+        config = config_from_env({**S3_ENV, "BAML_S3_BUCKET": bucket})
+    except LambdaConfigError as exc:
+        assert "BAML_S3_BUCKET" in str(exc)
+        return
+    assert config.dataplane.s3 is not None and config.dataplane.s3.bucket == bucket.strip()
+
+
 # --- fuzzing the event and its records ----------------------------------------------------------
 #
 # The worker runs over an in-memory bucket and source queue (no control plane, no Lance): a

@@ -11,7 +11,9 @@ Layout under ``DIR`` (embedded defaults; created on first use)::
     keys/publisher-keys.json       the local stand-in for the control plane's token keys (0600);
                                    with ``control_plane_url`` (``serve dataplane --control-plane``)
                                    the control plane's public key set and revocations replace it
-    keys/presign.key               HMAC secret of the directory bucket's presigned URLs (0600)
+    keys/presign.key               HMAC secret of the directory bucket's presigned URLs (0600;
+                                   one under 32 bytes is refused with ``ConfigError``: restore
+                                   it, or remove it to have a new one made)
     buckets/<bucket>/              the directory bucket
     queue/projection.sqlite3       the SQLite projection queue; the directory bucket sends the S3
                                    event JSON of every meta segment and value pack to it
@@ -30,6 +32,7 @@ the S3 credentials. On AWS the queue policy must allow ``sqs:SendMessage`` from
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
@@ -47,6 +50,7 @@ from baml_studio.gateway.tokens import KeyRingFile, PublisherTokenVerifier
 from baml_studio.objectstore import open_object_store
 from baml_studio.objectstore.config import DirectoryBucketConfig, S3Config, validate_bucket_name
 from baml_studio.objectstore.directory import DirectoryBucket
+from baml_studio.objectstore.dirfs import fsync_dir
 from baml_studio.objectstore.errors import InvalidArgument
 from baml_studio.objectstore.notifications import NotificationSetupError, NotifyingSink
 from baml_studio.objectstore.port import ObjectInfo, ObjectStore
@@ -183,21 +187,41 @@ def load_dataplane_config(
 
 
 def read_or_create_secret(path: Path) -> bytes:
-    """The secret in ``path``, created (0600, atomically, race-free) on first use."""
+    """The presign key in ``path``, created (0600) on first use. The new key is written and
+    synced under a temporary name and then linked into place, so no process ever reads a
+    partial key, and of two processes creating it at once both use the one that got there
+    first. A key shorter than :data:`SECRET_BYTES` (truncated, or not a key at all) raises
+    :class:`~baml_studio.configfile.ConfigError` naming the file; an unreadable one,
+    ``OSError``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        secret = path.read_bytes()
-        if len(secret) < SECRET_BYTES:
-            raise ValueError(f"{path} holds {len(secret)} bytes; delete it to regenerate") from None
-        return secret
-    secret = secrets.token_bytes(SECRET_BYTES)
+        return _read_secret(path)
+    except FileNotFoundError:
+        pass
+    staged = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        os.write(fd, secret)
-        os.fsync(fd)
+        try:
+            os.write(fd, secrets.token_bytes(SECRET_BYTES))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        with contextlib.suppress(FileExistsError):  # another process made it first: use that
+            os.link(staged, path)
+        fsync_dir(path.parent)
     finally:
-        os.close(fd)
+        staged.unlink(missing_ok=True)
+    return _read_secret(path)
+
+
+def _read_secret(path: Path) -> bytes:
+    secret = path.read_bytes()
+    if len(secret) < SECRET_BYTES:
+        raise ConfigError(
+            f"{path} holds {len(secret)} bytes, not a presign key (at least {SECRET_BYTES} "
+            "bytes): restore it from a backup, or remove it to have a new one made (URLs "
+            "presigned with the old key then stop working)"
+        )
     return secret
 
 
@@ -278,13 +302,15 @@ def open_dataplane(config: DataplaneConfig, *, key_set: RemoteKeySet | None = No
         store = open_object_store(config.s3)  # boto3 is imported only here
         notifications = wire_s3_notifications(config, store)
     else:
+        # read before the queue is opened, so a bad key leaves nothing open
+        secret = read_or_create_secret(config.data_dir / "keys" / "presign.key")
         queue = SqliteQueue.open(config.queue_config)
         bucket = DirectoryBucket(
             DirectoryBucketConfig(
                 root=config.data_dir / "buckets",
                 bucket=config.bucket,
                 presign_base_url=config.public_base_url,
-                signing_secret=read_or_create_secret(config.data_dir / "keys" / "presign.key"),
+                signing_secret=secret,
             ),
             on_created=QueueNotifier(config.bucket, queue),
         )

@@ -11,7 +11,8 @@ old key keep verifying until :meth:`KeyRing.without` removes it, after which the
 
 A local key ring file (``publisher-keys.json``, mode 0600) stands in for the control plane's
 key by default: ``{"active": kid, "keys": [{"kid", "alg", "secret" | "private_key"}]}`` with the
-secret base64 and the Ed25519 private key PEM.
+secret base64 (at least 32 bytes; a ring with a shorter one is refused) and the Ed25519 private
+key PEM.
 
 Verification only needs a :class:`KeySource`: anything whose ``get(kid)`` returns a
 :class:`VerifyingKey` (``alg`` and ``verifying_material()``). A :class:`KeyRing` is one; so is
@@ -187,6 +188,17 @@ class KeyRing:
     active: str
 
     def __post_init__(self) -> None:
+        """``KeyringError`` for an ``HS256`` secret under :data:`MIN_SECRET_BYTES` (RFC 7518
+        §3.2: at least the hash's size), ``ValueError`` for repeated ids or a missing active
+        key."""
+        for key in self.keys:
+            if key.alg == "HS256" and len(key.material) < MIN_SECRET_BYTES:
+                raise KeyringError(
+                    f"key {key.kid!r}: its HS256 secret has {len(key.material)} bytes, fewer "
+                    f"than the {MIN_SECRET_BYTES} a key needs; give it a secret of at least "
+                    f"{MIN_SECRET_BYTES} random bytes (base64), or remove the key from the ring "
+                    "(tokens it signed then get 401)"
+                )
         kids = [key.kid for key in self.keys]
         if len(set(kids)) != len(kids):
             raise ValueError(f"duplicate key ids in {kids}")
@@ -235,8 +247,9 @@ class KeyRing:
     @classmethod
     def from_json(cls, text: str) -> KeyRing:
         """The ring :meth:`to_json` wrote. Anything else (not JSON, a missing or mistyped
-        field, a secret that is not base64, a private key that is not an Ed25519 PEM, repeated
-        key ids, an ``active`` key not in the ring) raises ``KeyringError`` naming the entry."""
+        field, a secret that is not base64 or is under 32 bytes, a private key that is not an
+        Ed25519 PEM, repeated key ids, an ``active`` key not in the ring) raises
+        ``KeyringError`` naming the entry."""
         raw = parse_json(text, lambda reason: KeyringError(f"the key ring is not JSON ({reason})"))
         if not isinstance(raw, dict) or not isinstance(raw.get("keys"), list):
             raise KeyringError(

@@ -61,7 +61,8 @@ clients opened then are kept for the life of the execution environment):
 ``BAML_DATAPLANE_DIR``         a directory holding ``dataplane.json`` (its ``s3`` and ``sqs``
                                settings; without them the directory bucket and SQLite queue
                                under it). When set, the four below are not read
-``BAML_S3_BUCKET``             the evidence bucket (when ``BAML_DATAPLANE_DIR`` is not set)
+``BAML_S3_BUCKET``             the evidence bucket (when ``BAML_DATAPLANE_DIR`` is not set); an
+                               invalid S3 bucket name is a :class:`LambdaConfigError`
 ``BAML_SQS_QUEUE``             the projection queue's name; the dead-letter queue is found from
                                its redrive policy
 ``BAML_S3_ENDPOINT_URL``,      optional endpoint overrides (S3-compatible stores, tests)
@@ -95,9 +96,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from baml_studio.configfile import ConfigError
 from baml_studio.gateway.config import Scope
 from baml_studio.gateway.service import DataplaneConfig, load_dataplane_config
-from baml_studio.objectstore.config import S3Config
+from baml_studio.objectstore.config import S3Config, validate_bucket_name
+from baml_studio.objectstore.errors import InvalidArgument
 from baml_studio.projector.compact import parse_duration, parse_scope
 from baml_studio.projector.errors import ProjectorError
 from baml_studio.projector.lance_store import DEFAULT_KEY_CACHE_KEYS
@@ -181,12 +184,13 @@ def config_from_env(environ: Mapping[str, str] | None = None) -> ProjectorConfig
             )
         else:
             region = env.get("AWS_REGION") or "us-east-1"
+            bucket = _bucket(required("BAML_S3_BUCKET"))
             dataplane = DataplaneConfig(
                 data_dir=LAMBDA_DATA_DIR,
                 public_base_url="http://127.0.0.1:8787",
-                bucket=required("BAML_S3_BUCKET"),
+                bucket=bucket,
                 s3=S3Config(
-                    bucket=required("BAML_S3_BUCKET"),
+                    bucket=bucket,
                     region=region,
                     endpoint_url=env.get("BAML_S3_ENDPOINT_URL") or None,
                 ),
@@ -209,6 +213,16 @@ def config_from_env(environ: Mapping[str, str] | None = None) -> ProjectorConfig
         silence_limit_s=silence,
         version_retention_s=retention,
     )
+
+
+def _bucket(name: str) -> str:
+    """``BAML_S3_BUCKET``'s value if it is a valid S3 bucket name."""
+    try:
+        return validate_bucket_name(name)
+    except InvalidArgument as exc:
+        raise LambdaConfigError(
+            f"BAML_S3_BUCKET: {exc}; set it to the name of the evidence bucket"
+        ) from exc
 
 
 def _duration(env: Mapping[str, str], name: str, default: float) -> float:
@@ -363,8 +377,14 @@ class LambdaEntryPoint(_KeptProjector):
 
 
 def open_from_env() -> Projector:
-    """The projector the function's environment names (:func:`config_from_env`)."""
-    return open_projector(config_from_env())
+    """The projector the function's environment names (:func:`config_from_env`). A file of the
+    data-plane directory that cannot be used (a short ``keys/presign.key``) is a
+    :class:`LambdaConfigError` too."""
+    config = config_from_env()
+    try:
+        return open_projector(config)
+    except ConfigError as exc:
+        raise LambdaConfigError(f"BAML_DATAPLANE_DIR: {exc}") from exc
 
 
 def open_for_serving() -> Projector:

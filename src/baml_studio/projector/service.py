@@ -174,6 +174,7 @@ def open_projector(config: ProjectorConfig) -> Projector:
         store = open_object_store(dataplane.s3)
         queue = SqsQueue.open(dataplane.sqs, make_sqs_client(dataplane.s3, dataplane.sqs))
     else:
+        secret = read_or_create_secret(dataplane.data_dir / "keys" / "presign.key")
         sqlite = SqliteQueue.open(dataplane.queue_config)
         queue = sqlite
         store = DirectoryBucket(
@@ -181,7 +182,7 @@ def open_projector(config: ProjectorConfig) -> Projector:
                 root=dataplane.data_dir / "buckets",
                 bucket=dataplane.bucket,
                 presign_base_url=dataplane.public_base_url,
-                signing_secret=read_or_create_secret(dataplane.data_dir / "keys" / "presign.key"),
+                signing_secret=secret,
             ),
             on_created=QueueNotifier(dataplane.bucket, sqlite),
         )

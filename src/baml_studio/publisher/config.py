@@ -96,6 +96,9 @@ class PublisherSettings:
     """First backoff step; doubles per failure up to ``backoff_max_seconds``, full jitter."""
     backoff_max_seconds: float = 60.0
     """Largest backoff between failed flushes."""
+    retry_after_max_seconds: float = 60.0
+    """Longest wait a gateway's ``Retry-After`` can impose after a 429/503; a longer one is cut
+    to this, so a gateway answering ``Retry-After: 999999999999`` cannot stall shipping."""
     release_shipped_segments: bool = False
     """Delete segments as soon as their plane cursor passes them. Off by default: local queries
     read them; retention removes them under disk pressure instead."""

@@ -6,8 +6,9 @@ Every ``flush_interval_seconds`` (earlier when unshipped value bytes exceed
 ``config_refresh_seconds``; a 429/503 keeps the last one. A 401/403 stops shipping: no flush
 runs until the config call succeeds again, which is retried every ``auth_retry_seconds`` or at
 once after :meth:`Publisher.set_token`. Other failures back off exponentially with full jitter,
-honouring ``Retry-After``. Files are never removed because of a failure; retention (shipped files
-only) runs after every attempt, so an unreachable gateway does not keep shipped files on disk.
+honouring ``Retry-After`` up to ``retry_after_max_seconds``. Files are never removed because of
+a failure; retention (shipped files only) runs after every attempt, so an unreachable gateway
+does not keep shipped files on disk.
 A flush that met a 413 (the gateway's limits are below the config's) makes the next flush
 re-read the configuration. Each problem a flush reports (a file skipped or holding its plane
 back) is logged once as a warning when it first appears, and stays in every report until fixed.
@@ -208,7 +209,7 @@ class Publisher:
         )
         delay = random.uniform(0, cap)
         if isinstance(exc, GatewayThrottled) and exc.retry_after is not None:
-            delay = max(delay, exc.retry_after)
+            delay = max(delay, min(exc.retry_after, self.settings.retry_after_max_seconds))
         return delay
 
     def start(self) -> None:
