@@ -36,6 +36,7 @@ from typing import Any, Protocol, TypeVar
 from urllib.parse import quote_plus, unquote_plus
 
 from baml_studio.format.errors import BamlStudioError
+from baml_studio.jsontext import parse_json
 from baml_studio.queue.port import QueueSender
 
 EVIDENCE_PREFIX = "evidence/v1/"
@@ -244,10 +245,9 @@ def _parse(body: str | bytes, wrapping_left: int) -> list[ObjectCreated]:
         raise MalformedS3Event(f"event body must be str or bytes, got {type(body).__name__}")
     if len(body) > MAX_EVENT_BYTES:
         raise MalformedS3Event(f"event body is {len(body)} characters; limit {MAX_EVENT_BYTES}")
-    try:
-        document = json.loads(body)
-    except (ValueError, RecursionError) as exc:
-        raise MalformedS3Event(f"event body is not JSON: {_short(exc)}") from exc
+    document = parse_json(
+        body, lambda reason: MalformedS3Event(f"event body is not JSON: {reason}")
+    )
     if not isinstance(document, dict):
         raise MalformedS3Event(f"event body must be a JSON object, got {type(document).__name__}")
     if document.get("Event") == "s3:TestEvent":
@@ -338,11 +338,6 @@ def _show(value: object) -> str:
     """``repr`` cut to 80 characters: messages name the bad value without copying a huge one."""
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text if len(text) <= 200 else text[:197] + "..."
 
 
 class CreatedObject(Protocol):

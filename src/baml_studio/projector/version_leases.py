@@ -61,6 +61,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from baml_studio.jsontext import parse_json
 from baml_studio.projector.errors import ProjectorError
 
 log = logging.getLogger(__name__)
@@ -130,10 +131,7 @@ def decode_leases(data: bytes) -> list[Lease]:
     """The leases of a holder's file; raises :class:`LeaseMalformed` for anything else."""
     if len(data) > MAX_FILE_BYTES:
         raise LeaseMalformed(f"lease file is {len(data)} bytes, more than {MAX_FILE_BYTES}")
-    try:
-        body = json.loads(data)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise LeaseMalformed(f"lease file is not JSON: {exc}") from None
+    body = parse_json(data, lambda reason: LeaseMalformed(f"lease file is not JSON: {reason}"))
     if not isinstance(body, dict) or body.get("format") != FORMAT:
         raise LeaseMalformed(f"lease file is not a {FORMAT} object")
     entries = body.get("leases")

@@ -114,10 +114,10 @@ def _parse_json(text: str | None) -> Any:
         return None
     try:
         return json.loads(text)
-    except ValueError:
-        return text  # a UNION branch that projected plain text into a value column
-    except RecursionError:
-        return text  # nested deeper than Python parses: the row keeps it as its JSON text
+    except (ValueError, RecursionError):
+        # plain text a UNION branch projected into a value column, or JSON nested deeper than
+        # Python parses: the row keeps the text
+        return text
 
 
 def _render_handle(resolver: ValueResolver, handle: bytes | None) -> Any:
