@@ -248,11 +248,18 @@ def captured_calls(roots: list[Path]) -> int:
 
 
 def throughput(
-    tmp: Path, executions: int, runs_asked: list[tuple[str, int]], target: float, visibility_s: int
+    tmp: Path,
+    executions: int,
+    runs_asked: list[tuple[str, int]],
+    target: float,
+    visibility_s: int,
+    publish_interval_s: float = 1.0,
 ) -> None:
     root = tmp / "store" / ".baml" / "profiles-v1"
     started = time.perf_counter()
-    report = run_workload(root, executions, processes=2, seed=SEED)
+    report = run_workload(
+        root, executions, processes=2, seed=SEED, publish_interval_s=publish_interval_s
+    )
     build_s = time.perf_counter() - started
     calls = sum(report.calls_by_function.values())
     captured = captured_calls([root])
@@ -757,6 +764,13 @@ def main() -> None:
         default="drain:1,loop:2,single:2",
         help="throughput runs, MODE:THREADS with MODE one of " + ", ".join(MODES),
     )
+    parser.add_argument(
+        "--store-publish-interval",
+        type=float,
+        default=1.0,
+        help="the throughput store's profiler publish interval (s): fewer, larger meta objects "
+        "(queue messages) the longer it is",
+    )
     parser.add_argument("--arrival-calls", type=int, default=100_000)
     parser.add_argument("--arrival-seconds", type=float, default=2.0)
     parser.add_argument("--flush-interval", type=int, default=1, help="publisher flush (s)")
@@ -793,7 +807,14 @@ def main() -> None:
             asked = [(m, int(t)) for m, t in (r.split(":") for r in args.runs.split(","))]
             if any(m not in MODES for m, _ in asked):
                 parser.error(f"--runs: modes are {', '.join(MODES)}")
-            throughput(tmp / "throughput", args.executions, asked, goal, args.visibility_timeout)
+            throughput(
+                tmp / "throughput",
+                args.executions,
+                asked,
+                goal,
+                args.visibility_timeout,
+                args.store_publish_interval,
+            )
         if not args.skip_arrival:
             print()
             arrival(tmp / "arrival", args)
