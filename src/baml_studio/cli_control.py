@@ -2,7 +2,8 @@
 
 Register with ``serve.add_command(serve_control)`` on the ``serve`` group.
 
-Exit codes: 0 success, 2 usage error (bad option or an unreadable ``control.json``), 4 a store
+Exit codes: 0 success (also after a graceful stop on SIGTERM or SIGINT, once the stores are
+closed), 2 usage error (bad option or an unreadable ``control.json``), 4 a store
 is unavailable (data directory, metastore or fact store cannot be opened).
 """
 
@@ -52,8 +53,6 @@ def serve_control(
 
     Example: baml-studio serve control --data ./control --port 8700
     """
-    import uvicorn
-
     from baml_studio.configfile import ConfigError
     from baml_studio.control.app import create_app
     from baml_studio.control.config import ControlConfig
@@ -61,6 +60,7 @@ def serve_control(
     from baml_studio.control.tls import server_ssl_options
     from baml_studio.format.errors import BamlStudioError
     from baml_studio.servergc import tune_for_serving
+    from baml_studio.serving import serve_until_signalled
 
     try:
         config = ControlConfig.from_data_dir(data, metastore_url=metastore_url, facts_dsn=facts_dsn)
@@ -81,7 +81,7 @@ def serve_control(
     scheme = "https" if ssl_options else "http"
     click.echo(f"control plane on {scheme}://{host}:{port} (data {data})", err=True)
     try:
-        uvicorn.run(
+        serve_until_signalled(
             create_app(control, on_started=tune_for_serving),
             host=host,
             port=port,
@@ -90,4 +90,6 @@ def serve_control(
             **ssl_options,
         )
     finally:
+        counts = control.facts.stats.snapshot()
         control.close()
+        click.echo(f"control plane stopped (stores closed); fact store: {counts}", err=True)

@@ -2,11 +2,12 @@
 over :mod:`baml_studio.gateway`. Register with ``main.add_command(serve)``,
 ``main.add_command(tokens)`` and ``main.add_command(setup)``.
 
-Exit codes: 0 success, 2 usage error (bad option, an unreadable ``dataplane.json`` or a
-malformed ``keys/presign.key``), 3 ``setup s3-notifications --verify`` found rules missing, 4 the
-data directory (or its key ring) or S3/SQS is unavailable (cannot be created, read, parsed or
-written; S3/SQS did not answer), 5 S3 or SQS refused the setup (missing bucket, access denied,
-invalid queue name).
+Exit codes: 0 success (``serve dataplane`` also after a graceful stop on SIGTERM or SIGINT,
+once its queue, store and workers are closed), 2 usage error (bad option, an unreadable
+``dataplane.json`` or a malformed ``keys/presign.key``), 3 ``setup s3-notifications --verify``
+found rules missing, 4 the data directory (or its key ring) or S3/SQS is unavailable (cannot be
+created, read, parsed or written; S3/SQS did not answer), 5 S3 or SQS refused the setup (missing
+bucket, access denied, invalid queue name).
 
 AWS queue policy: S3 sends to a queue only if the queue's policy allows ``sqs:SendMessage`` from
 ``s3.amazonaws.com`` with ``aws:SourceArn`` = ``arn:aws:s3:::<bucket>``, and AWS refuses to save
@@ -33,6 +34,7 @@ from baml_studio.gateway.errors import KeyringError
 from baml_studio.gateway.service import DataplaneConfig, load_dataplane_config
 from baml_studio.gateway.tokens import MAX_TTL_SECONDS, KeyRingFile, mint_publisher_token
 from baml_studio.servergc import tune_for_serving
+from baml_studio.serving import serve_until_signalled
 
 EXIT_RULES_MISSING = 3
 EXIT_UNAVAILABLE = 4
@@ -135,8 +137,6 @@ def serve_dataplane(
     Example: baml-studio serve dataplane --data ./dataplane --host 127.0.0.1 --port 8787
     --control-plane https://control.example.com --workload-token "$TOKEN"
     """
-    import uvicorn
-
     from baml_studio.gateway.service import open_dataplane
     from baml_studio.objectstore.notifications import NotificationSetupError
 
@@ -178,9 +178,12 @@ def serve_dataplane(
     click.echo(f"gateway on {scheme}://{host}:{port} (data {data})", err=True)
     tune_for_serving()  # what startup built stays out of the collector's way
     try:
-        uvicorn.run(dataplane.app, host=host, port=port, log_level="info", access_log=False, **ssl)
+        serve_until_signalled(
+            dataplane.app, host=host, port=port, log_level="info", access_log=False, **ssl
+        )
     finally:
         dataplane.close()
+        click.echo("gateway stopped (queue, store and workers closed)", err=True)
 
 
 def _attach_coordinator(
