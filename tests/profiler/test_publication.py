@@ -110,3 +110,27 @@ def test_a_backlog_is_published_as_it_is_applied(
     finally:
         prof.close()
     assert prof.recorder.stats.internal_errors == 0
+
+
+def test_a_backlog_at_close_is_published_as_it_is_applied(
+    store_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same at close (the final pass): a process that made its calls faster than the
+    consumer applied them and then closed gets its backlog applied a slice at a time with the
+    publications that fall due in between, not held whole until one cycle at the end."""
+    monkeypatch.setattr(profiler_module, "DRAIN_SLICE", 50)
+    prof = Profiler(  # the consumer thread sleeps until close wakes it for the final pass
+        ProfilerConfig(store_root=store_root, publish_interval_s=0.0, wake_interval_s=3600)
+    ).activate()
+    for index in range(120):
+        work(f"text {index}")
+    assert len(prof.recorder.events) > 10 * 50
+    assert prof.close(timeout=60)
+    metas = sorted(store_root.glob("streams/*/meta/*.bamlmeta"))
+    assert len(metas) > 4  # one cycle at the end made two: meta-pre and meta-post
+    view = load(store_root)
+    assert len(view.executions) == 120
+    assert all(ex.ended is not None for ex in view.executions.values())
+    assert all(ex.ended.status == RootStatus.SUCCEEDED for ex in view.executions.values())
+    assert len({ex.ended_meta_seq for ex in view.executions.values()}) > 1
+    assert prof.recorder.stats.internal_errors == 0
