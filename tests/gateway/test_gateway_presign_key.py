@@ -80,3 +80,55 @@ def test_serve_dataplane_refuses_a_short_key_with_exit_code_2(tmp_path: Path, ke
     assert f"{path} holds {len(key)} bytes" in result.output
     assert "remove it to have a new one made" in result.output
     assert path.read_bytes() == key
+
+
+class _KeySet:
+    """Stands in for the control plane's ``RemoteKeySet``: records that it was closed."""
+
+    closed = False
+
+    def is_revoked(self, token_id: str) -> bool:
+        return False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_bad_key_closes_the_key_set_open_dataplane_was_given(tmp_path: Path) -> None:
+    """``open_dataplane`` owns the key set it is given (the dataplane closes it); when a later
+    step fails, the failure closes it, and nothing else was opened (no queue file)."""
+    path = tmp_path / "keys" / "presign.key"
+    path.parent.mkdir()
+    path.write_bytes(b"short")
+    config = service.load_dataplane_config(tmp_path, host="127.0.0.1", port=1)
+    key_set = _KeySet()
+    with pytest.raises(ConfigError, match="holds 5 bytes"):
+        service.open_dataplane(config, key_set=key_set)  # type: ignore[arg-type]
+    assert key_set.closed
+    assert not (tmp_path / "queue").exists()
+
+
+def test_a_failure_after_the_queue_opened_closes_it_and_the_key_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = service.load_dataplane_config(tmp_path, host="127.0.0.1", port=1)
+    opened: list[object] = []
+    real_open = service.SqliteQueue.open
+
+    def open_queue(*args: object, **kwargs: object) -> object:
+        queue = real_open(*args, **kwargs)  # type: ignore[arg-type]
+        opened.append(queue)
+        return queue
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(service.SqliteQueue, "open", open_queue)
+    monkeypatch.setattr(service, "DirectoryBucket", broken)
+    key_set = _KeySet()
+    with pytest.raises(OSError, match="No space left"):
+        service.open_dataplane(config, key_set=key_set)  # type: ignore[arg-type]
+    assert key_set.closed
+    assert len(opened) == 1
+    with pytest.raises(Exception, match="closed"):
+        opened[0].approximate_count()  # type: ignore[attr-defined]

@@ -277,51 +277,59 @@ class Dataplane:
 def open_dataplane(config: DataplaneConfig, *, key_set: RemoteKeySet | None = None) -> Dataplane:
     """Open the store (and queue) the configuration names and build the app. Publisher tokens
     verify with the local key file, or with ``key_set`` (default: a :class:`RemoteKeySet` of
-    ``config.control_plane_url``, when set); the dataplane closes it."""
+    ``config.control_plane_url``, when set); the dataplane closes it, and so does a failure
+    here (a bad ``presign.key``, an unreachable S3), with the queue if it was opened."""
     keys = KeyRingFile(config.keys_path)
     environments = EnvironmentsFile(config.environments_path)
     if key_set is None and config.control_plane_url is not None:
         key_set = _remote_key_set(config.control_plane_url)
-    if key_set is None:
-        keys.load_or_create()
-        verifier = PublisherTokenVerifier(
-            keys.load, leeway_seconds=config.gateway.token_leeway_seconds
-        )
-    else:
-        remote = key_set
-        verifier = PublisherTokenVerifier(
-            lambda: remote,
-            leeway_seconds=config.gateway.token_leeway_seconds,
-            is_revoked=remote.is_revoked,
-        )
     queue: SqliteQueue | None = None
-    bucket: DirectoryBucket | None = None
-    store: ObjectStore
-    notifications: NotificationStatus | None = None
-    if config.s3 is not None:
-        store = open_object_store(config.s3)  # boto3 is imported only here
-        notifications = wire_s3_notifications(config, store)
-    else:
-        # read before the queue is opened, so a bad key leaves nothing open
-        secret = read_or_create_secret(config.data_dir / "keys" / "presign.key")
-        queue = SqliteQueue.open(config.queue_config)
-        bucket = DirectoryBucket(
-            DirectoryBucketConfig(
-                root=config.data_dir / "buckets",
-                bucket=config.bucket,
-                presign_base_url=config.public_base_url,
-                signing_secret=secret,
-            ),
-            on_created=QueueNotifier(config.bucket, queue),
-        )
-        store = bucket
-    gateway_config = config.gateway
-    if gateway_config.head_concurrency is None:
-        checks = LOCAL_HEAD_CONCURRENCY if bucket is not None else REMOTE_HEAD_CONCURRENCY
-        gateway_config = replace(gateway_config, head_concurrency=checks)
-    gateway = Gateway(store, verifier, environments, gateway_config)
-    app = create_app(gateway, bucket=bucket)
-    return Dataplane(app, gateway, store, queue, keys, environments, notifications, key_set)
+    try:
+        if key_set is None:
+            keys.load_or_create()
+            verifier = PublisherTokenVerifier(
+                keys.load, leeway_seconds=config.gateway.token_leeway_seconds
+            )
+        else:
+            remote = key_set
+            verifier = PublisherTokenVerifier(
+                lambda: remote,
+                leeway_seconds=config.gateway.token_leeway_seconds,
+                is_revoked=remote.is_revoked,
+            )
+        bucket: DirectoryBucket | None = None
+        store: ObjectStore
+        notifications: NotificationStatus | None = None
+        if config.s3 is not None:
+            store = open_object_store(config.s3)  # boto3 is imported only here
+            notifications = wire_s3_notifications(config, store)
+        else:
+            # read before the queue is opened, so a bad key leaves nothing open
+            secret = read_or_create_secret(config.data_dir / "keys" / "presign.key")
+            queue = SqliteQueue.open(config.queue_config)
+            bucket = DirectoryBucket(
+                DirectoryBucketConfig(
+                    root=config.data_dir / "buckets",
+                    bucket=config.bucket,
+                    presign_base_url=config.public_base_url,
+                    signing_secret=secret,
+                ),
+                on_created=QueueNotifier(config.bucket, queue),
+            )
+            store = bucket
+        gateway_config = config.gateway
+        if gateway_config.head_concurrency is None:
+            checks = LOCAL_HEAD_CONCURRENCY if bucket is not None else REMOTE_HEAD_CONCURRENCY
+            gateway_config = replace(gateway_config, head_concurrency=checks)
+        gateway = Gateway(store, verifier, environments, gateway_config)
+        app = create_app(gateway, bucket=bucket)
+        return Dataplane(app, gateway, store, queue, keys, environments, notifications, key_set)
+    except BaseException:  # nothing opened here is left open: the dataplane would close it
+        if queue is not None:
+            queue.close()
+        if key_set is not None:
+            key_set.close()
+        raise
 
 
 def _remote_key_set(url: str) -> RemoteKeySet:
