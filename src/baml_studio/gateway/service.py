@@ -307,16 +307,7 @@ def open_dataplane(config: DataplaneConfig, *, key_set: RemoteKeySet | None = No
             # read before the queue is opened, so a bad key leaves nothing open
             secret = read_or_create_secret(config.data_dir / "keys" / "presign.key")
             queue = SqliteQueue.open(config.queue_config)
-            bucket = DirectoryBucket(
-                DirectoryBucketConfig(
-                    root=config.data_dir / "buckets",
-                    bucket=config.bucket,
-                    presign_base_url=config.public_base_url,
-                    signing_secret=secret,
-                ),
-                on_created=QueueNotifier(config.bucket, queue),
-            )
-            store = bucket
+            store = bucket = directory_bucket(config, secret, queue)
         gateway_config = config.gateway
         if gateway_config.head_concurrency is None:
             checks = LOCAL_HEAD_CONCURRENCY if bucket is not None else REMOTE_HEAD_CONCURRENCY
@@ -330,6 +321,20 @@ def open_dataplane(config: DataplaneConfig, *, key_set: RemoteKeySet | None = No
         if key_set is not None:
             key_set.close()
         raise
+
+
+def directory_bucket(config: DataplaneConfig, secret: bytes, queue: QueueSender) -> DirectoryBucket:
+    """The embedded bucket under ``DATA/buckets``: presigned URLs signed with ``secret``, its
+    object-created events sent to ``queue`` (what the gateway and the projector both open)."""
+    return DirectoryBucket(
+        DirectoryBucketConfig(
+            root=config.data_dir / "buckets",
+            bucket=config.bucket,
+            presign_base_url=config.public_base_url,
+            signing_secret=secret,
+        ),
+        on_created=QueueNotifier(config.bucket, queue),
+    )
 
 
 def _remote_key_set(url: str) -> RemoteKeySet:

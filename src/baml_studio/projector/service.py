@@ -19,13 +19,12 @@ from typing import Any
 from baml_studio.gateway.config import Scope
 from baml_studio.gateway.service import (
     DataplaneConfig,
-    QueueNotifier,
+    directory_bucket,
     make_sqs_client,
     read_or_create_secret,
 )
 from baml_studio.objectstore import open_object_store
-from baml_studio.objectstore.config import DirectoryBucketConfig, S3Config
-from baml_studio.objectstore.directory import DirectoryBucket
+from baml_studio.objectstore.config import S3Config
 from baml_studio.objectstore.port import ObjectStore
 from baml_studio.projector.control_client import ControlClient
 from baml_studio.projector.fragment_keys import FragmentKeys
@@ -175,17 +174,8 @@ def open_projector(config: ProjectorConfig) -> Projector:
         queue = SqsQueue.open(dataplane.sqs, make_sqs_client(dataplane.s3, dataplane.sqs))
     else:
         secret = read_or_create_secret(dataplane.data_dir / "keys" / "presign.key")
-        sqlite = SqliteQueue.open(dataplane.queue_config)
-        queue = sqlite
-        store = DirectoryBucket(
-            DirectoryBucketConfig(
-                root=dataplane.data_dir / "buckets",
-                bucket=dataplane.bucket,
-                presign_base_url=dataplane.public_base_url,
-                signing_secret=secret,
-            ),
-            on_created=QueueNotifier(dataplane.bucket, sqlite),
-        )
+        queue = SqliteQueue.open(dataplane.queue_config)
+        store = directory_bucket(dataplane, secret, queue)
     control = ControlClient(config.control_plane_url, config.workload_token)
     return Projector(config, store, queue, control)
 
