@@ -49,14 +49,13 @@ def stop_signals_raise() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def serve_until_signalled(app: Any, **options: Any) -> int | None:
-    """``uvicorn.run(app, **options)``; returns once uvicorn stopped, gracefully, on SIGTERM or
-    SIGINT (the signal's number), or on its own (None). Call it from the main thread."""
+def serve_until_signalled(app: Any, **options: Any) -> None:
+    """``uvicorn.run(app, **options)``; returns once uvicorn stopped, on its own or gracefully
+    on SIGTERM or SIGINT. Call it from the main thread."""
     import uvicorn
 
     try:
         with stop_signals_raise():
             uvicorn.run(app, **options)
-    except Signalled as stop:
-        return stop.signum
-    return None
+    except Signalled:
+        pass
