@@ -261,6 +261,8 @@ REJECTED = [
     ),
     reject("SELECT fqn FROM calls", PARAMETER, "never used", QueryParameter("string", "x")),
     reject("SELECT fqn FROM calls WHERE execution_id = $0", PARAMETER, "$0"),
+    reject("SELECT fqn FROM calls WHERE execution_id = $" + "9" * 21, PARAMETER, "$999"),
+    reject("SELECT fqn FROM calls WHERE execution_id = $" + "9" * 5000, PARAMETER, "$999"),
     reject("SELECT fqn FROM calls WHERE execution_id = :id", PARAMETER),
     reject("SELECT fqn FROM calls WHERE execution_id = ? OR call_id = $1", PARAMETER, "mixes"),
     reject("SELECT $1 FROM calls", PARAMETER, "blob", QueryParameter("blob", "x")),

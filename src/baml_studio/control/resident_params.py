@@ -31,7 +31,7 @@ from sqlglot import exp
 from sqlglot.tokenizer_core import Token, TokenType
 
 from baml_studio.control.resident_errors import InvalidParameter
-from baml_studio.wirenumbers import finite_float
+from baml_studio.wirenumbers import ascii_whole_number, finite_float
 
 DIALECT = "postgres"
 INT64 = (-(2**63), 2**63 - 1)
@@ -40,6 +40,8 @@ TIMESTAMP_RANGE = (
     datetime(1900, 1, 1, tzinfo=UTC),
     datetime(2262, 4, 11, tzinfo=UTC),
 )
+PLACEHOLDER_DIGITS = 20
+"""Most digits of a ``$n`` placeholder's number (far beyond any parameter list's length)."""
 _INTEGER_TEXT = re.compile(r"[+-]?\d{1,20}")
 _TIMESTAMP = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2})(?::(\d{2})(?:[.,](\d{1,9}))?)?"
@@ -128,8 +130,11 @@ def bind_parameters(tree: exp.Expr, parameters: Sequence[QueryParameter]) -> int
 def _placeholder_number(node: exp.Expr) -> int:
     if isinstance(node, exp.Parameter) and not node.args.get("expression"):
         text = node.this.name if isinstance(node.this, exp.Literal) else ""
-        if text.isdigit() and int(text) >= 1:
-            return int(text)
+        # ASCII digits only, and few enough of them: int() refuses "²" and numbers past
+        # 4,300 digits with a ValueError the caller would get as a 500
+        number = ascii_whole_number(text, max_digits=PLACEHOLDER_DIGITS)
+        if number is not None and number >= 1:
+            return number
     raise InvalidParameter(
         f"placeholder {node.sql(DIALECT)!r} is not allowed: write $1, $2, … (or ?)",
         details={"placeholder": node.sql(DIALECT), "allowed": "$1, $2, …"},
