@@ -38,7 +38,11 @@ def publish(store: Path, gateway: str, token: str, once: bool) -> None:
     Example: baml-studio publish --store .baml/profiles-v1 --gateway http://127.0.0.1:8080
     --token "$BAML_PUBLISHER_TOKEN" --once
     """
-    publisher = Publisher(store, gateway, token, settings=PublisherSettings(store, gateway))
+    try:
+        settings = PublisherSettings(store, gateway)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--gateway'") from exc
+    publisher = Publisher(store, gateway, token, settings=settings)
     if once:
         try:
             report = publisher.flush()

@@ -16,3 +16,11 @@ def test_publish_once(fake_env: FakeEnv, demo_store: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "uploaded" in result.output and fake_env.gateway.puts
     assert "Example:" in (publish.help or "")
+
+
+def test_a_gateway_that_is_not_an_http_url_is_a_usage_error(tmp_path: Path) -> None:
+    for gateway in ("notaurl", "ftp://gateway.example", "http://"):
+        args = ["--store", str(tmp_path), "--gateway", gateway, "--token", TOKEN, "--once"]
+        result = CliRunner().invoke(publish, args)
+        assert result.exit_code == 2, result.output
+        assert "--gateway" in result.output and repr(gateway) in result.output

@@ -7,10 +7,12 @@ read once at the entry point (CLI or the embedding application).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from baml_studio.httpclient import check_base_url
 from baml_studio.publisher.errors import GatewayProtocolError
 
 DEFAULT_ZSTD_LEVEL = 3
@@ -106,3 +108,59 @@ class PublisherSettings:
     """A plane whose next file fails its checksum blocks this long, then the file is skipped."""
     disk_budget_bytes: int | None = None
     """Retention target: above it, shipped files are removed, oldest first."""
+
+    def __post_init__(self) -> None:
+        """``ValueError`` naming the first field that no publisher can run with, its value
+        and what it may be."""
+        check_base_url(self.gateway_url, "gateway", "http(s)://host[:port]")
+        if not _is_int(self.zstd_level, MIN_ZSTD_LEVEL) or self.zstd_level > MAX_ZSTD_LEVEL:
+            raise ValueError(
+                f"zstd_level must be a whole number from {MIN_ZSTD_LEVEL} to {MAX_ZSTD_LEVEL} "
+                f"(zstd's levels; {DEFAULT_ZSTD_LEVEL} is the default), not {self.zstd_level!r}"
+            )
+        for name in _POSITIVE_SECONDS:
+            _check_seconds(name, getattr(self, name), positive=True)
+        _check_seconds("corrupt_block_seconds", self.corrupt_block_seconds, positive=False)
+        if self.backoff_max_seconds < self.backoff_base_seconds:
+            raise ValueError(
+                f"backoff_max_seconds ({self.backoff_max_seconds!r}) must be at least "
+                f"backoff_base_seconds ({self.backoff_base_seconds!r})"
+            )
+        if not _is_int(self.put_attempts, 1):
+            raise ValueError(f"put_attempts must be a whole number >= 1, not {self.put_attempts!r}")
+        if self.disk_budget_bytes is not None and not _is_int(self.disk_budget_bytes, 0):
+            raise ValueError(
+                f"disk_budget_bytes must be None (no retention target) or a whole number of "
+                f"bytes >= 0, not {self.disk_budget_bytes!r}"
+            )
+        if not isinstance(self.release_shipped_segments, bool):
+            raise ValueError(
+                f"release_shipped_segments must be True or False, not "
+                f"{self.release_shipped_segments!r}"
+            )
+
+
+MIN_ZSTD_LEVEL = -(1 << 17)
+"""zstd's fastest level (``ZSTD_minCLevel``)."""
+MAX_ZSTD_LEVEL = 22
+"""zstd's strongest level (``ZSTD_maxCLevel``)."""
+_POSITIVE_SECONDS = (
+    "config_refresh_seconds",
+    "auth_retry_seconds",
+    "request_timeout_seconds",
+    "backoff_base_seconds",
+    "backoff_max_seconds",
+    "retry_after_max_seconds",
+)
+
+
+def _check_seconds(name: str, value: object, *, positive: bool) -> None:
+    ok = (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and (value > 0 if positive else value >= 0)
+    )
+    if not ok:
+        bound = "more than 0" if positive else "0 or more"
+        raise ValueError(f"{name} must be a finite number of seconds, {bound}, not {value!r}")
