@@ -355,6 +355,21 @@ def test_a_bad_bucket_name_is_a_config_error_naming_the_variable_and_value(bucke
     assert "BAML_S3_BUCKET" in str(caught.value) and repr(bucket) in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    "queue", ["a b", "queue.fifo", "q" * 77, "é" * 5, "queue/x", "q:1", "\u0660queue"]
+)
+def test_a_bad_queue_name_is_a_config_error_naming_the_variable_and_value(queue: str) -> None:
+    with pytest.raises(LambdaConfigError) as caught:
+        config_from_env({**S3_ENV, "BAML_S3_BUCKET": "evidence-acme", "BAML_SQS_QUEUE": queue})
+    assert "BAML_SQS_QUEUE" in str(caught.value) and repr(queue)[:60] in str(caught.value)
+
+
+@pytest.mark.parametrize("queue", ["q", "baml-projection_2", "Q" * 76])
+def test_the_longest_and_shortest_queue_names_are_accepted(queue: str) -> None:
+    config = config_from_env({**S3_ENV, "BAML_S3_BUCKET": "evidence-acme", "BAML_SQS_QUEUE": queue})
+    assert config.dataplane.sqs is not None and config.dataplane.sqs.name == queue
+
+
 def test_open_from_env_refuses_a_bad_bucket_name_before_opening_anything(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

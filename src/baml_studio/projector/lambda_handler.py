@@ -113,7 +113,7 @@ from baml_studio.projector.service import (
     open_projector,
 )
 from baml_studio.projector.worker import ProjectorWorker
-from baml_studio.queue.config import SqsQueueConfig
+from baml_studio.queue.config import SqsQueueConfig, check_queue_name
 from baml_studio.queue.errors import QueueError
 from baml_studio.queue.port import Message, Queue
 from baml_studio.servergc import tune_for_serving
@@ -195,7 +195,7 @@ def config_from_env(environ: Mapping[str, str] | None = None) -> ProjectorConfig
                     endpoint_url=env.get("BAML_S3_ENDPOINT_URL") or None,
                 ),
                 sqs=SqsQueueConfig(
-                    name=required("BAML_SQS_QUEUE"),
+                    name=_queue_name(required("BAML_SQS_QUEUE")),
                     region=region,
                     endpoint_url=env.get("BAML_SQS_ENDPOINT_URL") or None,
                 ),
@@ -223,6 +223,16 @@ def _bucket(name: str) -> str:
         raise LambdaConfigError(
             f"BAML_S3_BUCKET: {exc}; set it to the name of the evidence bucket"
         ) from exc
+
+
+def _queue_name(name: str) -> str:
+    """``BAML_SQS_QUEUE``'s value if it is a valid name of the projection queue."""
+    try:
+        return check_queue_name(name)
+    except ValueError as exc:
+        raise LambdaConfigError(
+            f"BAML_SQS_QUEUE: {exc}; set it to the name of the projection queue"
+        ) from None
 
 
 def _duration(env: Mapping[str, str], name: str, default: float) -> float:

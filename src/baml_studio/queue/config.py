@@ -7,6 +7,7 @@ Read the configuration once at the entry point and pass it down.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -100,3 +101,31 @@ class SqsQueueConfig:
 
     settings: QueueSettings = field(default_factory=QueueSettings)
     """Applied when ``create`` is set; otherwise the queues keep their own attributes."""
+
+    def __post_init__(self) -> None:
+        check_queue_name(self.name)
+
+
+MAX_QUEUE_NAME = 80 - len(DEAD_LETTER_SUFFIX)
+"""SQS allows 80 characters in a queue name; the dead-letter queue's name adds its suffix."""
+_QUEUE_NAME = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def check_queue_name(name: str) -> str:
+    """``name`` if SQS accepts it and its dead-letter queue's name as a Standard queue's name:
+    1 to :data:`MAX_QUEUE_NAME` ASCII letters, digits, hyphens and underscores. ``ValueError``
+    naming the rule otherwise (a ``.fifo`` name is a FIFO queue, which the projection queue
+    is not)."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"SQS queue name {name!r} is empty; name the projection queue")
+    if name.endswith(".fifo"):
+        raise ValueError(
+            f"SQS queue name {name!r} names a FIFO queue; the projection queue is an SQS "
+            "Standard queue (drop the .fifo suffix)"
+        )
+    if len(name) > MAX_QUEUE_NAME or not (name.isascii() and _QUEUE_NAME.fullmatch(name)):
+        raise ValueError(
+            f"SQS queue name {name!r} must be 1 to {MAX_QUEUE_NAME} characters of A-Z, a-z, "
+            f"0-9, '-' and '_' (its dead-letter queue is {name + DEAD_LETTER_SUFFIX!r:.100})"
+        )
+    return name
