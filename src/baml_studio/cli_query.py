@@ -93,12 +93,21 @@ _SIZE_UNITS |= {"mb": 10**6, "g": 1 << 30, "gib": 1 << 30, "gb": 10**9}
 
 
 def parse_size(text: str) -> int:
-    """``8MiB``, ``64M`` (binary), ``500MB`` (decimal), ``1GiB`` or a bare number of bytes."""
-    match = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", text)
+    """``8MiB``, ``64M`` (binary), ``500MB`` (decimal), ``1GiB`` or a bare number of bytes:
+    ASCII digits (``int`` alone would take other digits, and raise past 4,300 of them), at
+    most :data:`MAX_SIZE` bytes."""
+    match = re.fullmatch(r"\s*([0-9]{1,19})\s*([a-zA-Z]*)\s*", text)
     unit = match.group(2).lower() if match else ""
     if match is None or unit not in _SIZE_UNITS:
-        raise click.BadParameter(f"expected a size like 8MiB, 64M or 1048576, got {text!r}")
-    return int(match.group(1)) * _SIZE_UNITS[unit]
+        raise click.BadParameter(f"expected a size like 8MiB, 64M or 1048576, got {text!r:.80}")
+    size = int(match.group(1)) * _SIZE_UNITS[unit]
+    if size > MAX_SIZE:
+        raise click.BadParameter(f"{text!r} is more than {MAX_SIZE} bytes (2^63 - 1)")
+    return size
+
+
+MAX_SIZE = (1 << 63) - 1
+"""The largest size an option takes: a budget is a signed 64-bit count of bytes."""
 
 
 def _cell(value: Any) -> str:

@@ -178,6 +178,10 @@ def test_the_request_carries_the_budget_and_environment(url: str, stub: StubCoor
         (["--explain"], "local store only"),
         (["--max-rows", "0"], "at least 1"),
         (["--max-bytes", "lots"], "expected a size"),
+        (["--max-bytes", "9" * 5000], "expected a size"),
+        (["--max-bytes", "\uff18MiB"], "expected a size"),  # a fullwidth 8: int() takes it
+        (["--max-private-bytes", "9" * 20], "expected a size"),
+        (["--max-bytes", "9999999999GiB"], "more than 9223372036854775807 bytes"),
     ],
 )
 def test_usage_errors_with_remote_exit_2(url: str, args: list[str], says: str) -> None:
