@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
+from baml_studio.cli_projector_common import optional_workload_token
 from baml_studio.configfile import ConfigError
 from baml_studio.durations import parse_seconds
 from baml_studio.gateway.config import Scope
@@ -89,10 +91,17 @@ def serve() -> None:
 )
 @click.option(
     "--workload-token",
-    envvar="BAML_WORKLOAD_TOKEN",
     default=None,
     help="With --control-plane: the data plane's workload token; also serves the query "
     "coordinator (POST /v1/query, /v1/query-jobs). Default: $BAML_WORKLOAD_TOKEN.",
+)
+@click.option(
+    "--workload-token-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    envvar="BAML_WORKLOAD_TOKEN_FILE",
+    default=None,
+    help="Instead of --workload-token: a file holding it, read again whenever it changes "
+    "(a workload token lives at most an hour). Default: $BAML_WORKLOAD_TOKEN_FILE.",
 )
 @click.option(
     "--derived",
@@ -120,6 +129,7 @@ def serve_dataplane(
     setup_s3: bool,
     control_plane: str | None,
     workload_token: str | None,
+    workload_token_file: Path | None,
     derived: str | None,
     studio_origins: tuple[str, ...],
     cache_dir: Path | None,
@@ -144,6 +154,9 @@ def serve_dataplane(
         raise click.BadParameter(
             f"{control_plane!r} is not an http:// or https:// URL", param_hint="--control-plane"
         )
+    token = optional_workload_token(workload_token, workload_token_file, option="--workload-token")
+    if token is not None and control_plane is None:
+        raise click.UsageError("--workload-token needs --control-plane")
     config = _load_config(data, host, port, setup_s3, control_plane)
     try:
         dataplane = open_dataplane(config)
@@ -158,12 +171,10 @@ def serve_dataplane(
     except NotificationSetupError as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_UNAVAILABLE if exc.transient else EXIT_REFUSED) from exc
-    if control_plane is not None and workload_token:
-        _attach_coordinator(dataplane, config, workload_token, derived, studio_origins,
+    if token is not None:
+        _attach_coordinator(dataplane, config, token, derived, studio_origins,
                             cache_dir or data / "cache")  # fmt: skip
         click.echo("query coordinator on /v1/query and /v1/query-jobs", err=True)
-    elif workload_token:
-        raise click.UsageError("--workload-token needs --control-plane")
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
     ssl: dict[str, Any] = (
@@ -189,7 +200,7 @@ def serve_dataplane(
 def _attach_coordinator(
     dataplane: Any,
     config: Any,
-    workload_token: str,
+    workload_token: str | Callable[[], str],
     derived: str | None,
     origins: tuple[str, ...],
     cache_dir: Path,

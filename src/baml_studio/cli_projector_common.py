@@ -2,6 +2,9 @@
 ``replay``, ``compact``): the data-plane directory, the control plane and a workload token.
 
 ``--token`` may be left out when ``BAML_WORKLOAD_TOKEN`` is set (the CLI reads it once, here).
+A workload token lives at most an hour, so a long-running ``projector`` takes ``--token-file``
+(or ``BAML_WORKLOAD_TOKEN_FILE``) instead: the file is read again whenever it changes, so a
+rotated token is used from the next request on (:mod:`baml_studio.tokenfile`).
 Exit codes of these commands: 0 success, 1 internal error, 2 usage error, 4 a store, the queue
 or the control plane is unavailable.
 """
@@ -21,9 +24,11 @@ from baml_studio.format.errors import BamlStudioError
 from baml_studio.gateway.service import load_dataplane_config
 from baml_studio.projector.lance_store import DEFAULT_KEY_CACHE_KEYS
 from baml_studio.projector.service import Projector, ProjectorConfig, open_projector
+from baml_studio.tokenfile import TokenFile, TokenFileError
 
 EXIT_UNAVAILABLE = 4
 TOKEN_ENV = "BAML_WORKLOAD_TOKEN"
+TOKEN_FILE_ENV = "BAML_WORKLOAD_TOKEN_FILE"
 
 Command = Callable[..., None]
 
@@ -39,13 +44,12 @@ def projector_options(command: Command) -> Command:
         data: Path,
         control_plane: str,
         token: str | None,
+        token_file: Path | None,
         derived: str | None,
         lance_key_cache: int,
         **kwargs: Any,
     ) -> None:
-        workload_token = token or os.environ.get(TOKEN_ENV)
-        if not workload_token:
-            raise click.UsageError(f"give --token or set {TOKEN_ENV}")
+        workload_token = workload_token_option(token, token_file)
         try:
             dataplane = load_dataplane_config(data, host="127.0.0.1", port=8787)
         except (ConfigError, OSError) as exc:
@@ -75,6 +79,14 @@ def projector_options(command: Command) -> Command:
             help="Root of the Lance datasets (default: "
             "DATA/derived/v1, or s3://BUCKET/derived/v1 on S3).",
         ),
+        click.option(
+            "--token-file",
+            type=click.Path(path_type=Path, dir_okay=False),
+            envvar=TOKEN_FILE_ENV,
+            default=None,
+            help=f"File holding the workload token, read again whenever it changes (or "
+            f"${TOKEN_FILE_ENV}): for a service that outlives one token.",
+        ),
         click.option("--token", default=None, help=f"Workload token (or ${TOKEN_ENV})."),
         click.option(
             "--control-plane",
@@ -91,6 +103,35 @@ def projector_options(command: Command) -> Command:
     ):
         run = option(run)
     return run
+
+
+def workload_token_option(
+    token: str | None, token_file: Path | None, *, option: str = "--token"
+) -> str | TokenFile:
+    """The workload token of ``option`` (else ``$BAML_WORKLOAD_TOKEN``), or a
+    :class:`TokenFile` over ``{option}-file`` (or ``$BAML_WORKLOAD_TOKEN_FILE``, which wins
+    over ``$BAML_WORKLOAD_TOKEN``); a usage error for neither, both options, or a file that
+    holds no token."""
+    found = optional_workload_token(token, token_file, option=option)
+    if found is None:
+        raise click.UsageError(
+            f"give {option} or {option}-file, or set {TOKEN_ENV} or {TOKEN_FILE_ENV}"
+        )
+    return found
+
+
+def optional_workload_token(
+    token: str | None, token_file: Path | None, *, option: str
+) -> str | TokenFile | None:
+    """:func:`workload_token_option`, with ``None`` when no token is given at all."""
+    if token_file is not None:
+        if token:
+            raise click.UsageError(f"give {option} or {option}-file, not both")
+        try:
+            return TokenFile(token_file)
+        except TokenFileError as exc:
+            raise click.BadParameter(str(exc), param_hint=f"'{option}-file'") from exc
+    return token or os.environ.get(TOKEN_ENV) or None
 
 
 def opened(config: ProjectorConfig) -> Projector:

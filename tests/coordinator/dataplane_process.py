@@ -34,8 +34,9 @@ def dataplane_process(
     verify: ssl.SSLContext | None = None,
 ) -> Iterator[str]:
     """``serve dataplane --data DATA --port P --control-plane URL OPTIONS…`` with the workload
-    token in its environment; yields its base URL once it answers (``https`` when ``verify``
-    is given: the TLS options must be among ``options``) and terminates it afterwards."""
+    token in its environment (``--workload-token-file`` among ``options`` wins over it);
+    yields its base URL once it answers (``https`` when ``verify`` is given: the TLS options
+    must be among ``options``) and terminates it afterwards."""
     port = free_port()
     process = subprocess.Popen(
         [*CLI, "serve", "dataplane", "--data", str(data), "--port", str(port), "--control-plane",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import ssl
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from dataplane_process import dataplane_process
 from projector_control_rig import SCOPE_A, ControlRig, control_plane
 
 from baml_studio.control.identity import TokenIssuer
+from baml_studio.tokenfile import write_token_file
 from tls_authority import Authority
 
 BUDGET = {
@@ -102,3 +104,43 @@ def test_the_dataplane_process_serves_queries_over_https(
             },
         )
         assert preflight.headers["access-control-allow-origin"] == "https://studio.example.com"
+
+
+def test_a_workload_token_file_is_read_again_once_rotated(
+    tmp_path: Path, chdb_dsn: str, fact_database: str
+) -> None:
+    """``--workload-token-file``: a coordinator whose workload token expired refuses a query
+    (503 ``control_plane_refused``: retry), and the next query after the file holds a new
+    token succeeds in the same process."""
+    with control_plane(tmp_path / "control", chdb_dsn, fact_database) as rig:
+        control = rig.control
+        an_hour_ago = TokenIssuer(control.keys, control.metastore, clock=lambda: time.time() - 3700)
+        expired = an_hour_ago.issue_workload("tn_a", "dep_a", "cell-1", ttl_s=3600).token
+        token_file = tmp_path / "workload.token"
+        write_token_file(token_file, expired)
+        user = TokenIssuer(control.keys, control.metastore).issue_user(
+            SCOPE_A.tenant, SCOPE_A.project, [SCOPE_A.environment]
+        )
+        body = {
+            "sql": "SELECT count(*) AS n FROM calls",
+            "parameters": [],
+            "catalog_version": "v1",
+            "budget": BUDGET,
+        }
+        headers = {"Authorization": f"Bearer {user.token}"}
+        with (
+            dataplane_process(
+                tmp_path / "dataplane", rig.url, "", "--workload-token-file", str(token_file)
+            ) as url,
+            httpx.Client(timeout=30) as client,
+        ):
+            refused = client.post(f"{url}/v1/query", json=body, headers=headers)
+            error = refused.json()["error"]
+            assert refused.status_code == 503 and error["code"] == "control_plane_refused"
+            assert "token_expired" in error["message"] and error["retryable"]
+
+            write_token_file(token_file, rig.token_a)  # the rotation
+            answer = client.post(f"{url}/v1/query", json=body, headers=headers)
+            lines = [json.loads(line) for line in answer.text.splitlines()]
+            assert lines[0] == {"n": 0}
+            assert lines[-1]["queryOutcome"]["resultState"] == "complete"

@@ -49,3 +49,22 @@ def test_gateway_cli_commands_are_documented() -> None:
         assert "Example:" in (group.help or "")
         for command in group.commands.values():
             assert "Example:" in (command.help or ""), command.name
+
+
+def test_serve_dataplane_workload_token_usage_errors_open_nothing(tmp_path: Path) -> None:
+    data = tmp_path / "dp"
+    unset: dict[str, str | None] = {"BAML_WORKLOAD_TOKEN": None, "BAML_WORKLOAD_TOKEN_FILE": None}
+    control = ["--control-plane", "http://127.0.0.1:9"]
+    token = tmp_path / "workload.token"
+    token.write_text("t\n")
+    cases = [
+        (["--workload-token", "t"], "needs --control-plane"),
+        ([*control, "--workload-token-file", str(tmp_path / "missing")], "does not exist"),
+        ([*control, "--workload-token", "t", "--workload-token-file", str(token)], "not both"),
+    ]
+    for extra, says in cases:
+        args = ["dataplane", "--data", str(data), "--port", "1", *extra]
+        result = CliRunner().invoke(serve, args, env=unset)
+        assert result.exit_code == 2, (extra, result.output)
+        assert says in result.output, (extra, result.output)
+    assert not data.exists()

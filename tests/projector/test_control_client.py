@@ -42,6 +42,7 @@ from baml_studio.projector.control_client import (
     new_request_id,
 )
 from baml_studio.projector.errors import (
+    ControlPlaneAuthRefused,
     ControlPlaneRefused,
     ControlPlaneUnavailable,
     InactiveGeneration,
@@ -167,18 +168,20 @@ def test_active_generation_cache_expires(rig: ControlRig, recorder: Recorder) ->
 
 
 def test_snapshot_for_another_tenant_is_forbidden(client: ControlClient) -> None:
-    with pytest.raises(ControlPlaneRefused) as caught:
+    with pytest.raises(ControlPlaneAuthRefused) as caught:
         client.snapshot(SCOPE_B)
     assert (caught.value.status, caught.value.code) == (403, "scope_forbidden")
+    assert caught.value.transient  # the deployment's scope, not the request, is at fault
 
 
 def test_a_bad_token_is_refused(rig: ControlRig, recorder: Recorder) -> None:
     with (
         make_client(rig.url, "not-a-token", recorder) as client,
-        pytest.raises(ControlPlaneRefused) as caught,
+        pytest.raises(ControlPlaneAuthRefused) as caught,
     ):
         client.projection_schemas()
-    assert caught.value.status == 401
+    assert caught.value.status == 401 and caught.value.transient
+    assert isinstance(caught.value, ControlPlaneRefused)  # what its callers catch
     assert len(recorder.requests) == 1
 
 

@@ -3,6 +3,8 @@ path of the e2e rig and ending with one fact set equal to the local catalog:
 
 * the control plane (and so ClickHouse) unavailable: messages are retried, not lost and not
   dead-lettered; once it is back, a drain completes;
+* the workload token expired (401 for every request): the same, until the token file holds a
+  rotated token;
 * ClickHouse failing behind a live control plane (it answers 503 ``fact_store_unavailable``
   for projection batches): the same backlog, and a catch-up once ClickHouse is back;
 * a projector process SIGKILLed after an execution's public batches are visible and before its
@@ -20,6 +22,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +43,7 @@ from projector_service_rig import (
 
 from baml_studio.control.facts import FactStore
 from baml_studio.control.facts.ddl import eq_sql
+from baml_studio.control.identity import TokenIssuer
 from baml_studio.control.models import ErrorResponse
 from baml_studio.gateway.service import load_dataplane_config
 from baml_studio.httpclient import new_request_id
@@ -49,6 +53,7 @@ from baml_studio.projector.worker import ProjectorWorker, WorkerConfig
 from baml_studio.queue.config import QueueSettings
 from baml_studio.queue.errors import ReceiptInvalid
 from baml_studio.queue.sqlite import SqliteQueue
+from baml_studio.tokenfile import TokenFile, write_token_file
 
 __all__ = ["workload_store"]
 
@@ -87,6 +92,44 @@ def test_control_plane_outage_retries_messages_then_a_drain_completes(
             back = rig_worker(ingest, up)
             back.drain()
         assert back.stats.executions > 0 and back.stats.quarantined == 0
+        assert_one_fact_set(ingest, fact_database)
+
+
+def test_an_expired_workload_token_retries_messages_then_a_rotated_one_drains(
+    tmp_path: Path, chdb_dsn: str, fact_database: str, workload_store: Path
+) -> None:
+    """A workload token lives at most an hour: once it has expired, every request is refused
+    (401). The messages are the projector's to retry, not evidence to quarantine: nothing is
+    dead-lettered or marked, and once the token file holds a new token the same worker drains
+    the queue into one fact set."""
+    with (
+        ingest_path(tmp_path, chdb_dsn, fact_database, workload_store) as ingest,
+        control_endpoint(ingest) as (url, token),
+    ):
+        queue = ingest.dataplane.queue
+        assert queue is not None
+        an_hour_ago = TokenIssuer(
+            ingest.control.keys, ingest.control.metastore, clock=lambda: time.time() - 3700
+        )
+        expired = an_hour_ago.issue_workload(SCOPE.tenant, "dep_proj", "cell-1", ttl_s=3600)
+        token_file = tmp_path / "workload.token"
+        write_token_file(token_file, expired.token)
+        with ControlClient(url, TokenFile(token_file)) as client:
+            worker = rig_worker(ingest, client)
+            for _ in range(OUTAGE_ROUNDS):
+                for message in receive_all(queue):
+                    outcome = worker.handle(message)
+                    assert outcome != "quarantined", message.body
+            assert worker.stats.retried > 0 and worker.stats.executions == 0
+            assert worker.stats.quarantined == 0
+            assert queue.dead_letter_queue().approximate_count() == 0
+            assert not [o.key for o in ingest.dataplane.store.list() if "/quarantine/" in o.key]
+            assert all(v["stored"] == 0 for v in fact_counts(ingest, fact_database).values())
+
+            write_token_file(token_file, token)  # the rotation
+            worker.drain()
+        assert worker.stats.executions > 0 and worker.stats.quarantined == 0
+        assert queue.approximate_count() == 0
         assert_one_fact_set(ingest, fact_database)
 
 

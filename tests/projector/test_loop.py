@@ -45,6 +45,7 @@ from baml_studio.projector.service import Projector, ProjectorConfig, open_proje
 from baml_studio.projector.worker import WorkerConfig
 from baml_studio.queue.errors import QueueUnavailable
 from baml_studio.queue.port import Message, Queue
+from baml_studio.tokenfile import write_token_file
 
 __all__ = ["workload_store"]
 
@@ -156,10 +157,17 @@ def test_the_service_drains_the_ingest_path_with_workers_sweep_and_compaction(
 
 
 @pytest.mark.parametrize(
-    "spread", [["--workers", "2"], ["--processes", "2"]], ids=["threads", "processes"]
+    ("spread", "token_file"),
+    [(["--workers", "2"], False), (["--processes", "2"], False), (["--processes", "2"], True)],
+    ids=["threads", "processes", "processes-token-file"],
 )
 def test_cli_once_drains_and_prints_the_counts(
-    tmp_path: Path, chdb_dsn: str, fact_database: str, workload_store: Path, spread: list[str]
+    tmp_path: Path,
+    chdb_dsn: str,
+    fact_database: str,
+    workload_store: Path,
+    spread: list[str],
+    token_file: bool,
 ) -> None:
     with (
         ingest_path(tmp_path, chdb_dsn, fact_database, workload_store) as ingest,
@@ -175,14 +183,17 @@ def test_cli_once_drains_and_prints_the_counts(
         assert packs and len(packs) < len(bodies)
         args = ["--data", str(dataplane_dir(tmp_path)), "--control-plane", url]
         args += ["--derived", str(tmp_path / "service-derived"), *spread, "--once"]
+        env = {"BAML_WORKLOAD_TOKEN": token}
+        if token_file:  # the helper process reads the file itself
+            write_token_file(tmp_path / "workload.token", token)
+            args += ["--token-file", str(tmp_path / "workload.token")]
+            env = {"BAML_WORKLOAD_TOKEN": "not-the-token"}  # the file wins
         # packs first, then the meta objects: no execution waits for values (the CLI's retry
         # backoff is the default, seconds long)
         for batch in (packs, [b for b in bodies if b not in packs]):
             for body in batch:
                 queue.send(body)
-            result = CliRunner().invoke(
-                projector_command, args, env={"BAML_WORKLOAD_TOKEN": token}, catch_exceptions=False
-            )
+            result = CliRunner().invoke(projector_command, args, env=env, catch_exceptions=False)
             assert result.exit_code == 0, result.output
             counts = json.loads(result.stdout)
             assert counts["messages"] == counts["deleted"] == len(batch), counts
@@ -363,3 +374,24 @@ def test_sweep_hook_sweeps_every_scope_and_reports_a_failed_one(
     assert "tn_other/prj_other/env_other" in str(raised.value)
     limit = local.config.silence_limit_s
     assert calls == [(other, limit), (SCOPE, limit)]  # the failure did not stop the next scope
+
+
+def test_token_usage_errors_exit_2_before_anything_opens(tmp_path: Path) -> None:
+    data = tmp_path / "dataplane"
+    base = ["--data", str(data), "--control-plane", "http://127.0.0.1:9", "--once"]
+    (tmp_path / "blank.token").write_text("\n")
+    cases = [
+        ([], {}, "BAML_WORKLOAD_TOKEN_FILE"),
+        (["--token", "t", "--token-file", str(tmp_path / "t")], {}, "not both"),
+        (["--token-file", str(tmp_path / "missing.token")], {}, "does not exist"),
+        ([], {"BAML_WORKLOAD_TOKEN_FILE": str(tmp_path / "blank.token")}, "empty"),
+    ]
+    for extra, env, says in cases:
+        unset: dict[str, str | None] = {
+            "BAML_WORKLOAD_TOKEN": None,
+            "BAML_WORKLOAD_TOKEN_FILE": None,
+        }
+        result = CliRunner().invoke(projector_command, [*base, *extra], env={**unset, **env})
+        assert result.exit_code == 2, (extra, result.output)
+        assert says in result.output, (extra, result.output)
+    assert not data.exists()

@@ -10,7 +10,10 @@ Answers map to errors by status, never by message text:
 =====================================  ==========================================================
 ``409 inactive_generation``            :class:`InactiveGeneration` (``active_generation`` set;
                                        the client also caches that generation for the scope)
-other 4xx (400 401 403 404 409 413)    :class:`ControlPlaneRefused` (terminal): ``status``, the
+``401 403``                            :class:`ControlPlaneAuthRefused` (a transient
+                                       ``ControlPlaneRefused``: the token or the deployment's
+                                       scope, not the request, is at fault)
+other 4xx (400 404 409 413)            :class:`ControlPlaneRefused` (terminal): ``status``, the
                                        ``ErrorResponse`` ``code``; its message and details in
                                        the text
 ``429 500 502 503 504``, transport     retried with exponential backoff and full jitter, waiting
@@ -51,6 +54,7 @@ from baml_studio.gateway.config import Scope
 from baml_studio.httpclient import check_base_url, new_request_id
 from baml_studio.jsontext import parse_json
 from baml_studio.projector.errors import (
+    ControlPlaneAuthRefused,
     ControlPlaneRefused,
     ControlPlaneUnavailable,
     InactiveGeneration,
@@ -69,6 +73,8 @@ ERASURE_CHUNK = 1000
 MAX_IDEMPOTENCY_KEY = 256
 MAX_DETAIL_CHARS = 1000
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+AUTH_STATUS = frozenset({401, 403})
+"""Refusals of the token or its scope: :class:`ControlPlaneAuthRefused`."""
 ZSTD_LEVEL = 3
 MAX_SENDER_THREADS = 64
 """Threads of the blocking transport's batch pool (a client given an ``httpx.Client``): past a
@@ -649,6 +655,8 @@ def _refusal(
         )
     if status in RETRYABLE_STATUS:
         return code, ControlPlaneUnavailable(text, status=status)
+    if status in AUTH_STATUS:
+        return code, ControlPlaneAuthRefused(text, status=status, code=code)
     return code, ControlPlaneRefused(text, status=status, code=code)
 
 
@@ -705,6 +713,7 @@ def _text(value: object) -> str:
 __all__ = [
     "BatchAck",
     "ControlClient",
+    "ControlPlaneAuthRefused",
     "ControlPlaneRefused",
     "ControlPlaneUnavailable",
     "EncodedBatch",

@@ -14,6 +14,7 @@ Exception tree::
         │                              ingested: leave the message for a retry
         ├── ControlPlaneUnavailable    the control plane did not answer, or 5xx/429      transient
         ├── ControlPlaneRefused        the control plane refused a request (4xx)         terminal
+        │   └── ControlPlaneAuthRefused  the workload token (401) or its scope (403)     transient
         ├── InactiveGeneration         the generation written to is no longer active     transient
         └── LanceCommitFailed          a Lance write or commit failed                    transient
 
@@ -104,6 +105,16 @@ class ControlPlaneRefused(ProjectorError):
         """The HTTP status."""
         self.code = code
         """The ``ErrorResponse`` code, if the body carried one."""
+
+
+class ControlPlaneAuthRefused(ControlPlaneRefused):
+    """The control plane refused the workload token (401: expired, revoked or unknown) or the
+    scope it was used for (403: the deployment does not serve it). The request itself may be
+    sound: the same one succeeds once the token is rotated or the deployment assigned, so a
+    message that met this is retried (and, past the queue's receive limit, dead-lettered by
+    the queue), never quarantined as if its evidence were bad."""
+
+    transient = True
 
 
 class InactiveGeneration(ProjectorError):

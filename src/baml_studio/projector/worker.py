@@ -44,6 +44,7 @@ from baml_studio.objectstore.errors import ObjectAlreadyExists, ObjectNotFound
 from baml_studio.objectstore.port import ObjectStore
 from baml_studio.projector.control_client import ControlClient
 from baml_studio.projector.errors import (
+    ControlPlaneAuthRefused,
     ControlPlaneRefused,
     EvidenceCorrupt,
     EvidenceMissing,
@@ -186,6 +187,9 @@ class ProjectorWorker:
         except ValuesPending as exc:
             self.stats.pending += 1
             log.info("message %s pending: %s", message.id, exc)
+            return self._retry(message)
+        except ControlPlaneAuthRefused as exc:  # the token or its scope, not the message
+            log.error("message %s retried: workload token or scope refused: %s", message.id, exc)
             return self._retry(message)
         except ProjectorError as exc:
             if exc.transient:
