@@ -31,6 +31,7 @@ from baml_studio.cli_publish import publish as publish_command
 from baml_studio.cli_query import query as query_command
 from baml_studio.cli_replay import replay_command
 from baml_studio.cli_sweep import sweep_command
+from baml_studio.cli_up import up as up_command
 from baml_studio.format.ids import euid_hex
 from baml_studio.store import StoreError, StoreInUse, StoreReader, clean_profiles_v1
 from baml_studio.store.config import resolve_store_root
@@ -118,6 +119,7 @@ main.add_command(compact_command)
 main.add_command(replay_command)
 main.add_command(sweep_command)
 main.add_command(erase_command)
+main.add_command(up_command)
 
 
 @main.group()
