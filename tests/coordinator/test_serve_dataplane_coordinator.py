@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "projector"))
 from dataplane_process import dataplane_process
 from projector_control_rig import SCOPE_A, ControlRig, control_plane
 
-from baml_studio.control.identity import TokenIssuer
+from baml_studio.control.identity import IssuedToken, TokenIssuer
 from baml_studio.tokenfile import write_token_file
 from tls_authority import Authority
 
@@ -30,6 +30,21 @@ BUDGET = {
     "max_result_bytes": 1 << 20,
     "max_private_bytes_read": 1 << 20,
 }
+
+
+COUNT = {
+    "sql": "SELECT count(*) AS n FROM calls",
+    "parameters": [],
+    "catalog_version": "v1",
+    "budget": BUDGET,
+}
+
+
+def user_token(rig: ControlRig) -> IssuedToken:
+    """A user token of :data:`SCOPE_A` from the rig's control plane."""
+    return TokenIssuer(rig.control.keys, rig.control.metastore).issue_user(
+        SCOPE_A.tenant, SCOPE_A.project, [SCOPE_A.environment]
+    )
 
 
 @pytest.fixture
@@ -59,16 +74,8 @@ def test_the_dataplane_process_serves_queries_over_https(
     served: tuple[str, ssl.SSLContext, ControlRig],
 ) -> None:
     url, context, rig = served
-    control = rig.control
-    user = TokenIssuer(control.keys, control.metastore).issue_user(
-        SCOPE_A.tenant, SCOPE_A.project, [SCOPE_A.environment]
-    )
-    body = {
-        "sql": "SELECT count(*) AS n FROM calls",
-        "parameters": [],
-        "catalog_version": "v1",
-        "budget": BUDGET,
-    }
+    user = user_token(rig)
+    body = COUNT
     with httpx.Client(verify=context, timeout=30) as client:
         answer = client.post(
             f"{url}/v1/query", json=body, headers={"Authorization": f"Bearer {user.token}"}
@@ -118,16 +125,8 @@ def test_a_workload_token_file_is_read_again_once_rotated(
         expired = an_hour_ago.issue_workload("tn_a", "dep_a", "cell-1", ttl_s=3600).token
         token_file = tmp_path / "workload.token"
         write_token_file(token_file, expired)
-        user = TokenIssuer(control.keys, control.metastore).issue_user(
-            SCOPE_A.tenant, SCOPE_A.project, [SCOPE_A.environment]
-        )
-        body = {
-            "sql": "SELECT count(*) AS n FROM calls",
-            "parameters": [],
-            "catalog_version": "v1",
-            "budget": BUDGET,
-        }
-        headers = {"Authorization": f"Bearer {user.token}"}
+        body = COUNT
+        headers = {"Authorization": f"Bearer {user_token(rig).token}"}
         with (
             dataplane_process(
                 tmp_path / "dataplane", rig.url, "", "--workload-token-file", str(token_file)

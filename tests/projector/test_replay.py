@@ -38,7 +38,7 @@ from baml_studio.projector.replay import (
 from baml_studio.projector.resident_client import projected_root_ids, resident_query
 from baml_studio.projector.worker import ProjectorWorker, WorkerConfig
 from baml_studio.publisher.pack import compress, pack_body
-from baml_studio.queue.config import SqliteQueueConfig
+from baml_studio.queue.config import QueueSettings, SqliteQueueConfig
 from baml_studio.queue.port import Message, Queue
 from baml_studio.queue.sqlite import SqliteQueue
 
@@ -200,9 +200,20 @@ def test_d_a_quarantined_message_replays_from_the_dead_letter_queue(
         ended = ended_roots(ingest.dataplane.store)
         messages = receive_all(queue)
         victim = next(m for m in messages if key_of(m) in ended)
+        # a wrong workload token (401) past the receive limit: the message is retried (the
+        # token, not its evidence, is at fault) until the queue dead-letters it
         with ControlClient(control_url(ingest), "not-a-workload-token", retries=0) as refused:
             broken = rig_worker(ingest, refused)
-            assert broken.handle(victim) == "quarantined"  # 401: terminal
+            handled = [broken.handle(victim)]
+            for _ in range(2 * QueueSettings().max_receive_count):
+                again = receive_all(queue)  # the others stay leased: the victim alone
+                if not again:  # moved to the dead-letter queue by this receive
+                    break
+                assert [key_of(m) for m in again] == [key_of(victim)]
+                handled.append(broken.handle(again[0]))
+        assert handled == ["retry"] * QueueSettings().max_receive_count
+        assert broken.stats.quarantined == 0
+        assert not [o.key for o in ingest.dataplane.store.list() if "/quarantine/" in o.key]
         release(queue, [m for m in messages if m is not victim])
         drain(ingest)
         dead = queue.dead_letter_queue()

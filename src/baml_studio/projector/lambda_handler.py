@@ -184,7 +184,12 @@ def config_from_env(environ: Mapping[str, str] | None = None) -> ProjectorConfig
             )
         else:
             region = env.get("AWS_REGION") or "us-east-1"
-            bucket = _bucket(required("BAML_S3_BUCKET"))
+            bucket = _valid(
+                "BAML_S3_BUCKET",
+                required("BAML_S3_BUCKET"),
+                validate_bucket_name,
+                "set it to the name of the evidence bucket",
+            )
             dataplane = DataplaneConfig(
                 data_dir=LAMBDA_DATA_DIR,
                 public_base_url="http://127.0.0.1:8787",
@@ -195,7 +200,12 @@ def config_from_env(environ: Mapping[str, str] | None = None) -> ProjectorConfig
                     endpoint_url=env.get("BAML_S3_ENDPOINT_URL") or None,
                 ),
                 sqs=SqsQueueConfig(
-                    name=_queue_name(required("BAML_SQS_QUEUE")),
+                    name=_valid(
+                        "BAML_SQS_QUEUE",
+                        required("BAML_SQS_QUEUE"),
+                        check_queue_name,
+                        "set it to the name of the projection queue",
+                    ),
                     region=region,
                     endpoint_url=env.get("BAML_SQS_ENDPOINT_URL") or None,
                 ),
@@ -215,24 +225,13 @@ def config_from_env(environ: Mapping[str, str] | None = None) -> ProjectorConfig
     )
 
 
-def _bucket(name: str) -> str:
-    """``BAML_S3_BUCKET``'s value if it is a valid S3 bucket name."""
+def _valid(variable: str, value: str, check: Callable[[str], str], fix: str) -> str:
+    """``value`` of ``variable`` if ``check`` passes it, else a :class:`LambdaConfigError`
+    naming the variable, the rule it breaks and ``fix``."""
     try:
-        return validate_bucket_name(name)
-    except InvalidArgument as exc:
-        raise LambdaConfigError(
-            f"BAML_S3_BUCKET: {exc}; set it to the name of the evidence bucket"
-        ) from exc
-
-
-def _queue_name(name: str) -> str:
-    """``BAML_SQS_QUEUE``'s value if it is a valid name of the projection queue."""
-    try:
-        return check_queue_name(name)
-    except ValueError as exc:
-        raise LambdaConfigError(
-            f"BAML_SQS_QUEUE: {exc}; set it to the name of the projection queue"
-        ) from None
+        return check(value)
+    except (InvalidArgument, ValueError) as exc:
+        raise LambdaConfigError(f"{variable}: {exc}; {fix}") from None
 
 
 def _duration(env: Mapping[str, str], name: str, default: float) -> float:
