@@ -55,6 +55,7 @@ from baml_studio.projector.worker import Outcome, ProjectorWorker, WorkerConfig
 from baml_studio.queue.errors import InvalidQueueArgument
 from baml_studio.queue.port import Message, Queue, check_send
 from baml_studio.servergc import THRESHOLDS
+from baml_studio.tokenfile import write_token_file
 
 __all__ = ["workload_store"]
 
@@ -353,6 +354,22 @@ def test_a_bad_bucket_name_is_a_config_error_naming_the_variable_and_value(bucke
     with pytest.raises(LambdaConfigError) as caught:
         config_from_env({**S3_ENV, "BAML_S3_BUCKET": bucket})
     assert "BAML_S3_BUCKET" in str(caught.value) and repr(bucket) in str(caught.value)
+
+
+def test_a_workload_token_file_is_read_again_once_rotated(tmp_path: Path) -> None:
+    path = tmp_path / "workload.token"
+    write_token_file(path, "first-token")
+    env = {**S3_ENV, "BAML_S3_BUCKET": "evidence-acme", "BAML_WORKLOAD_TOKEN_FILE": str(path)}
+    config = config_from_env(env)  # the file wins over BAML_WORKLOAD_TOKEN
+    token = config.workload_token
+    assert callable(token) and token() == "first-token"
+    write_token_file(path, "second-token")
+    assert token() == "second-token"
+    del env["BAML_WORKLOAD_TOKEN"]
+    assert callable(config_from_env(env).workload_token)
+    for bad in (str(tmp_path / "missing.token"), str(tmp_path)):
+        with pytest.raises(LambdaConfigError, match="BAML_WORKLOAD_TOKEN_FILE"):
+            config_from_env({**env, "BAML_WORKLOAD_TOKEN_FILE": bad})
 
 
 @pytest.mark.parametrize(

@@ -57,7 +57,10 @@ clients opened then are kept for the life of the execution environment):
 
 =============================  =================================================================
 ``BAML_CONTROL_PLANE_URL``     required: base URL of the control plane's workload API
-``BAML_WORKLOAD_TOKEN``        required: the workload token
+``BAML_WORKLOAD_TOKEN``        the workload token; required unless the next is set
+``BAML_WORKLOAD_TOKEN_FILE``   a file holding it (an EFS mount a rotator writes), read again
+                               whenever it changes: a workload token lives at most an hour,
+                               longer than a function's configuration can be kept current
 ``BAML_DATAPLANE_DIR``         a directory holding ``dataplane.json`` (its ``s3`` and ``sqs``
                                settings; without them the directory bucket and SQLite queue
                                under it). When set, the four below are not read
@@ -117,6 +120,7 @@ from baml_studio.queue.config import SqsQueueConfig, check_queue_name
 from baml_studio.queue.errors import QueueError
 from baml_studio.queue.port import Message, Queue
 from baml_studio.servergc import tune_for_serving
+from baml_studio.tokenfile import TokenFile, TokenFileError
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +171,15 @@ def config_from_env(environ: Mapping[str, str] | None = None) -> ProjectorConfig
         return value
 
     url = required("BAML_CONTROL_PLANE_URL")
-    token = required("BAML_WORKLOAD_TOKEN")
+    token_file = env.get("BAML_WORKLOAD_TOKEN_FILE", "").strip()
+    token: str | TokenFile
+    if token_file:
+        try:
+            token = TokenFile(Path(token_file))
+        except TokenFileError as exc:
+            raise LambdaConfigError(f"BAML_WORKLOAD_TOKEN_FILE: {exc}") from None
+    else:
+        token = required("BAML_WORKLOAD_TOKEN")
     derived = env.get("BAML_DERIVED_ROOT") or None
     key_cache = env.get("BAML_LANCE_KEY_CACHE_KEYS", "").strip()
     if key_cache and not (key_cache.isascii() and key_cache.isdigit()):
