@@ -236,12 +236,13 @@ def test_up_serves_a_published_workload_and_a_second_up_finds_it_again(tmp_path:
     assert expected and sum(int(str(r["n"])) for r in expected) > 40
     data = tmp_path / "stack"
     with up_process(data) as running:
-        publisher = (data / "tokens" / "publisher.token").read_text().strip()
+        token_file = data / "tokens" / "publisher.token"
         shipped = CliRunner().invoke(
             main,
-            ["publish", "--store", str(store), "--gateway", running.gateway, "--once"],
-            env={"BAML_PUBLISHER_TOKEN": publisher},
-        )
+            ["publish", "--store", str(store), "--gateway", running.gateway, "--once",
+             "--token-file", str(token_file)],
+            env={"BAML_PUBLISHER_TOKEN": None},
+        )  # fmt: skip
         assert shipped.exit_code == 0, shipped.output
         wait_until_visible(running.gateway, data, expected)
         running.process.send_signal(signal.SIGTERM)

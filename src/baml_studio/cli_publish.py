@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from baml_studio.publisher import GatewayAuthError, Publisher, PublisherError, PublisherSettings
+from baml_studio.tokenfile import TokenFile, TokenFileError
 
 EXIT_RETRY = 1
 EXIT_AUTH = 3
@@ -28,11 +29,18 @@ EXIT_PROBLEMS = 4
     help="The profiles-v1 store directory, e.g. .baml/profiles-v1.",
 )
 @click.option("--gateway", required=True, help="Gateway base URL, e.g. http://127.0.0.1:8080.")
+@click.option("--token", envvar="BAML_PUBLISHER_TOKEN", help="Publisher token (JWT).")
 @click.option(
-    "--token", required=True, envvar="BAML_PUBLISHER_TOKEN", help="Publisher token (JWT)."
+    "--token-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    envvar="BAML_PUBLISHER_TOKEN_FILE",
+    help="Instead of --token: a file holding it, read again whenever it changes (a token "
+    "rotated while publish runs is used without a restart).",
 )
 @click.option("--once", is_flag=True, help="Run one flush and exit instead of running forever.")
-def publish(store: Path, gateway: str, token: str, once: bool) -> None:
+def publish(
+    store: Path, gateway: str, token: str | None, token_file: Path | None, once: bool
+) -> None:
     """Ship closed profiler files to the customer's bucket through the gateway.
 
     Example: baml-studio publish --store .baml/profiles-v1 --gateway http://127.0.0.1:8080
@@ -42,7 +50,7 @@ def publish(store: Path, gateway: str, token: str, once: bool) -> None:
         settings = PublisherSettings(store, gateway)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="'--gateway'") from exc
-    publisher = Publisher(store, gateway, token, settings=settings)
+    publisher = Publisher(store, gateway, _token(token, token_file), settings=settings)
     if once:
         try:
             report = publisher.flush()
@@ -67,6 +75,19 @@ def publish(store: Path, gateway: str, token: str, once: bool) -> None:
         pass
     finally:
         publisher.close()
+
+
+def _token(token: str | None, token_file: Path | None) -> str | TokenFile:
+    if token_file is None:
+        if not token:
+            raise click.UsageError("give --token or --token-file")
+        return token
+    if token:
+        raise click.UsageError("give --token or --token-file, not both")
+    try:
+        return TokenFile(token_file)
+    except TokenFileError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--token-file'") from exc
 
 
 class _Failure(click.ClickException):

@@ -107,7 +107,7 @@ def _show(scope: Scope) -> str:
 def _summary(config: UpConfig, stack: Stack) -> str:
     tokens = config.tokens_dir
     gateway = config.dataplane_url
-    publisher = f'"$(cat {tokens / "publisher.token"})"'
+    publisher_file = tokens / "publisher.token"
     user = f'"$(cat {tokens / "user.token"})"'
     pids = ", ".join(f"{name} {pid}" for name, pid in stack.pids.items())
     return "\n".join(
@@ -119,11 +119,11 @@ def _summary(config: UpConfig, stack: Stack) -> str:
             f"  scope          {_show(config.scope)}; tokens in {tokens}",
             f"  logs           {config.logs_dir}; pids {pids}",
             "ship a profiled application's calls here:",
-            f"  export BAML_PUBLISH_GATEWAY={gateway} BAML_PUBLISH_TOKEN={publisher}",
+            f"  export BAML_PUBLISH_GATEWAY={gateway} BAML_PUBLISH_TOKEN_FILE={publisher_file}",
             "or the synthetic workload:",
             "  baml-studio demo --store demo-store --executions 200",
-            f"  baml-studio publish --store demo-store --gateway {gateway} --token {publisher} "
-            "--once",
+            f"  baml-studio publish --store demo-store --gateway {gateway} --token-file "
+            f"{publisher_file} --once",
             "then query it:",
             f"  baml-studio query --remote {gateway} --token {user} "
             '"SELECT fqn, count(*) AS calls FROM calls GROUP BY fqn"',

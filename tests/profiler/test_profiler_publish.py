@@ -17,6 +17,7 @@ from publisher_real_gateway import PREFIX, real_gateway
 from baml_studio.profiler import Profiler, ProfilerConfig, baml_function
 from baml_studio.publisher import PublishState
 from baml_studio.store import StoreReader
+from baml_studio.tokenfile import write_token_file
 
 
 @baml_function(name="publish.Work", llm=True)
@@ -82,3 +83,30 @@ def test_the_environment_turns_publishing_on(tmp_path: Path) -> None:
     assert config.publishes and config.publish_gateway_url == "http://h:1"
     assert not ProfilerConfig.from_env({"BAML_PROFILE_DIR": str(tmp_path)}).publishes
     assert not ProfilerConfig.from_env({"BAML_PUBLISH_GATEWAY": "http://h:1"}).publishes
+    with_file = ProfilerConfig.from_env(
+        {"BAML_PUBLISH_GATEWAY": "http://h:1", "BAML_PUBLISH_TOKEN_FILE": " /run/publisher.token "}
+    )
+    assert with_file.publishes and with_file.publish_token_file == Path("/run/publisher.token")
+
+
+def test_a_token_file_ships_the_run_and_a_missing_one_is_a_counted_failure(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / ".baml" / "profiles-v1"
+    token_file = tmp_path / "publisher.token"
+    with real_gateway(tmp_path / "data") as (url, token, dataplane):
+        write_token_file(token_file, token)
+        config = ProfilerConfig(
+            store_root=root, publish_gateway_url=url, publish_token_file=token_file
+        )
+        prof = _profiled_run(config)
+        assert prof.publish_failures == 0
+        keys = [info.key for info in dataplane.store.list(PREFIX)]
+    assert any(k.endswith(".bamlmeta.zst") for k in keys)
+    missing = ProfilerConfig(
+        store_root=tmp_path / "other", publish_gateway_url=url, publish_token_file=tmp_path / "x"
+    )
+    with caplog.at_level(logging.WARNING):
+        prof = _profiled_run(missing)
+    assert prof.publish_failures == 1 and "does not exist" in caplog.text
+    assert StoreReader(tmp_path / "other").scan().executions  # the local store regardless

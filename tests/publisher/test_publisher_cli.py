@@ -6,6 +6,7 @@ from click.testing import CliRunner
 from publisher_env import TOKEN, FakeEnv
 
 from baml_studio.cli_publish import EXIT_AUTH, publish
+from baml_studio.tokenfile import write_token_file
 
 
 def test_publish_once(fake_env: FakeEnv, demo_store: Path) -> None:
@@ -24,3 +25,22 @@ def test_a_gateway_that_is_not_an_http_url_is_a_usage_error(tmp_path: Path) -> N
         result = CliRunner().invoke(publish, args)
         assert result.exit_code == 2, result.output
         assert "--gateway" in result.output and repr(gateway) in result.output
+
+
+def test_publish_once_with_a_token_file(
+    fake_env: FakeEnv, demo_store: Path, tmp_path: Path
+) -> None:
+    token_file = tmp_path / "publisher.token"
+    write_token_file(token_file, TOKEN)
+    args = ["--store", str(demo_store), "--gateway", fake_env.url, "--once"]
+    unset: dict[str, str | None] = {"BAML_PUBLISHER_TOKEN": None, "BAML_PUBLISHER_TOKEN_FILE": None}
+    result = CliRunner().invoke(publish, [*args, "--token-file", str(token_file)], env=unset)
+    assert result.exit_code == 0, result.output
+    assert "uploaded" in result.output and fake_env.gateway.puts
+    for extra, says in [
+        ([], "give --token or --token-file"),
+        (["--token", TOKEN, "--token-file", str(token_file)], "not both"),
+        (["--token-file", str(tmp_path / "missing.token")], "does not exist"),
+    ]:
+        refused = CliRunner().invoke(publish, [*args, *extra], env=unset)
+        assert refused.exit_code == 2 and says in refused.output, (extra, refused.output)

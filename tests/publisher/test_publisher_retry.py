@@ -23,6 +23,7 @@ from baml_studio.publisher import (
     UploadFailed,
 )
 from baml_studio.store import StoreReader
+from baml_studio.tokenfile import TokenFile, write_token_file
 from baml_studio.workload import run_workload
 
 
@@ -117,6 +118,31 @@ def test_killed_publisher_reships_and_landed_objects_answer_stored(
     assert report.complete and all_shipped(demo_store)
     assert set(landed) <= set(report.stored)
     assert all(n == 1 for n in Counter(fake_env.gateway.puts).values())
+
+
+def test_a_token_file_rotated_while_shipping_is_stopped_resumes_it_without_set_token(
+    fake_env: FakeEnv, demo_store: Path, tmp_path: Path
+) -> None:
+    """The contract's rotation (a 401 stops shipping; the config is re-read with the new
+    token) without the application's help: the token comes from a file the customer
+    rewrites, re-read when it changes."""
+    now = [1000.0]
+    token_file = tmp_path / "publisher.token"
+    write_token_file(token_file, TOKEN)
+    settings = _settings(demo_store, fake_env.url)
+    publisher = Publisher(
+        demo_store, fake_env.url, TokenFile(token_file), settings=settings, clock=lambda: now[0]
+    )
+    fake_env.gateway.tokens = {"token-two"}  # the old token revoked
+    with pytest.raises(GatewayAuthError):
+        publisher.flush()
+    assert publisher.shipping_stopped and fake_env.gateway.puts == []
+    with pytest.raises(GatewayAuthError):
+        publisher.flush()  # the same file, the same refused token
+    write_token_file(token_file, "token-two")
+    now[0] += 31  # past auth_retry_seconds, as the publisher's thread waits
+    report = publisher.flush()  # the config is read again, with the file's new token
+    assert report.complete and not publisher.shipping_stopped and all_shipped(demo_store)
 
 
 def test_rotated_token_stops_shipping_and_resumes(fake_env: FakeEnv, demo_store: Path) -> None:

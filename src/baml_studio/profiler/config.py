@@ -62,10 +62,16 @@ class ProfilerConfig:
     publish_token: str | None = None
     """Publisher token for ``publish_gateway_url`` (``BAML_PUBLISH_TOKEN``)."""
 
+    publish_token_file: Path | None = None
+    """A file holding the publisher token instead (``BAML_PUBLISH_TOKEN_FILE``; it wins over
+    ``publish_token``), read again whenever it changes: a token rotated by the customer is
+    used from the next request on, without restarting the application."""
+
     @property
     def publishes(self) -> bool:
-        """True when both the gateway URL and the token are set."""
-        return bool(self.publish_gateway_url) and bool(self.publish_token)
+        """True when the gateway URL and a token (or a token file) are set."""
+        has_token = bool(self.publish_token) or self.publish_token_file is not None
+        return bool(self.publish_gateway_url) and has_token
 
     @classmethod
     def from_env(
@@ -73,7 +79,7 @@ class ProfilerConfig:
     ) -> ProfilerConfig:
         """Build a config from ``BAML_PROFILE``, ``BAML_PROFILE_DIR``,
         ``BAML_PROFILE_PUBLISH_INTERVAL_MS`` (a bad interval raises ``ValueError``),
-        ``BAML_PUBLISH_GATEWAY`` and ``BAML_PUBLISH_TOKEN``.
+        ``BAML_PUBLISH_GATEWAY``, ``BAML_PUBLISH_TOKEN`` and ``BAML_PUBLISH_TOKEN_FILE``.
 
         The root comes from the resolver the readers share: ``BAML_PROFILE_DIR``, else
         ``<project>/.baml/profiles-v1``.
@@ -84,10 +90,12 @@ class ProfilerConfig:
         raw = env.get("BAML_PROFILE_PUBLISH_INTERVAL_MS")
         if raw:
             interval = None if raw.strip().upper() == "MAX" else max(0, int(raw)) / 1000.0
+        token_file = env.get("BAML_PUBLISH_TOKEN_FILE", "").strip()
         return cls(
             store_root=root,
             enabled=env.get("BAML_PROFILE", "1").strip() != "0",
             publish_interval_s=interval,
             publish_gateway_url=env.get("BAML_PUBLISH_GATEWAY", "").strip() or None,
             publish_token=env.get("BAML_PUBLISH_TOKEN", "").strip() or None,
+            publish_token_file=Path(token_file) if token_file else None,
         )

@@ -107,12 +107,16 @@ class Profiler:
 
     def _start_publisher(self) -> None:
         from baml_studio.publisher import Publisher
+        from baml_studio.tokenfile import TokenFile
 
         try:
+            token_file = self.config.publish_token_file
             self.publisher = Publisher(
                 self.config.store_root,
                 self.config.publish_gateway_url or "",
-                self.config.publish_token or "",
+                TokenFile(token_file)
+                if token_file is not None
+                else self.config.publish_token or "",
             )
             self.publisher.start()
         except Exception:  # shipping is optional; the app and the local store go on

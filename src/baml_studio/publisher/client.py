@@ -13,7 +13,7 @@ import enum
 import socket
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -71,12 +71,14 @@ class GatewayClient:
     def __init__(
         self,
         base_url: str,
-        token: str,
+        token: str | Callable[[], str],
         *,
         timeout: float = 30.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        """``transport`` is a test seam (fault injection: lost responses, held PUTs); the
+        """``token`` is the publisher token, or a callable asked before every request (a
+        :class:`~baml_studio.tokenfile.TokenFile`: a rotated token is used at once).
+        ``transport`` is a test seam (fault injection: lost responses, held PUTs); the
         default None keeps httpx's own connection-pooling transport."""
         self._base = base_url.rstrip("/")
         self.token = token
@@ -128,7 +130,8 @@ class GatewayClient:
         )
 
     def _request(self, method: str, path: str, json: Any = None) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {self.token}", "X-Baml-Request-Id": str(uuid.uuid4())}
+        token = self.token() if callable(self.token) else self.token
+        headers = {"Authorization": f"Bearer {token}", "X-Baml-Request-Id": str(uuid.uuid4())}
         try:
             response = self._http.request(method, self._base + path, json=json, headers=headers)
         except httpx.HTTPError as exc:

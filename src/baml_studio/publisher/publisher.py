@@ -48,7 +48,7 @@ class Publisher:
         self,
         store_root: Path,
         gateway_url: str,
-        token: str,
+        token: str | Callable[[], str],
         *,
         settings: PublisherSettings | None = None,
         clock: Callable[[], float] = time.time,
@@ -87,8 +87,10 @@ class Publisher:
         """True after a 401/403 until a config call succeeds."""
         return self._auth_failed is not None
 
-    def set_token(self, token: str) -> None:
-        """Use a rotated token; the next attempt re-reads the config at once."""
+    def set_token(self, token: str | Callable[[], str]) -> None:
+        """Use a rotated token (or a callable such as a
+        :class:`~baml_studio.tokenfile.TokenFile`, asked before every request); the next
+        attempt re-reads the config at once."""
         self._client.token = token
         self._config_at = float("-inf")
         self._not_before = float("-inf")
