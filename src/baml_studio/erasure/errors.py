@@ -17,8 +17,10 @@ HTTP refusals are :class:`~baml_studio.apierrors.ApiError`\\ s (one ``ErrorRespo
 
 Inside the worker, a step's failure is classified by :func:`is_transient` (``isinstance`` and the
 ``transient`` flag of the project's error trees, never message text): transient failures (the
-bucket, the control plane or Lance did not answer) are retried with backoff and the erasure stays
-``running``; anything else ends it ``failed`` with the error in the ``Erasure``::
+bucket, the control plane or Lance did not answer, or the control plane refused the data plane's
+workload token or its scope: ``ControlPlaneAuthRefused``, which a rotated token or an assigned
+deployment ends) are retried with backoff and the erasure stays ``running``; anything else ends
+it ``failed`` with the error in the ``Erasure``::
 
     BamlStudioError
     └── ErasureError            .transient
