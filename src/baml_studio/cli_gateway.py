@@ -27,7 +27,7 @@ from typing import Any
 
 import click
 
-from baml_studio.cli_projector_common import optional_workload_token
+from baml_studio.cli_tokens import optional_workload_token
 from baml_studio.configfile import ConfigError
 from baml_studio.durations import parse_seconds
 from baml_studio.gateway.config import Scope

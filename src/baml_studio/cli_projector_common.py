@@ -12,23 +12,25 @@ or the control plane is unavailable.
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
+from baml_studio.cli_tokens import (
+    WORKLOAD_TOKEN_ENV,
+    WORKLOAD_TOKEN_FILE_ENV,
+    optional_workload_token,
+)
 from baml_studio.configfile import ConfigError
 from baml_studio.format.errors import BamlStudioError
 from baml_studio.gateway.service import load_dataplane_config
 from baml_studio.projector.lance_store import DEFAULT_KEY_CACHE_KEYS
 from baml_studio.projector.service import Projector, ProjectorConfig, open_projector
-from baml_studio.tokenfile import TokenFile, TokenFileError
+from baml_studio.tokenfile import TokenFile
 
 EXIT_UNAVAILABLE = 4
-TOKEN_ENV = "BAML_WORKLOAD_TOKEN"
-TOKEN_FILE_ENV = "BAML_WORKLOAD_TOKEN_FILE"
 
 Command = Callable[..., None]
 
@@ -49,7 +51,7 @@ def projector_options(command: Command) -> Command:
         lance_key_cache: int,
         **kwargs: Any,
     ) -> None:
-        workload_token = workload_token_option(token, token_file)
+        workload_token = _workload_token(token, token_file)
         try:
             dataplane = load_dataplane_config(data, host="127.0.0.1", port=8787)
         except (ConfigError, OSError) as exc:
@@ -82,12 +84,12 @@ def projector_options(command: Command) -> Command:
         click.option(
             "--token-file",
             type=click.Path(path_type=Path, dir_okay=False),
-            envvar=TOKEN_FILE_ENV,
+            envvar=WORKLOAD_TOKEN_FILE_ENV,
             default=None,
             help=f"File holding the workload token, read again whenever it changes (or "
-            f"${TOKEN_FILE_ENV}): for a service that outlives one token.",
+            f"${WORKLOAD_TOKEN_FILE_ENV}): for a service that outlives one token.",
         ),
-        click.option("--token", default=None, help=f"Workload token (or ${TOKEN_ENV})."),
+        click.option("--token", default=None, help=f"Workload token (or ${WORKLOAD_TOKEN_ENV})."),
         click.option(
             "--control-plane",
             required=True,
@@ -105,33 +107,18 @@ def projector_options(command: Command) -> Command:
     return run
 
 
-def workload_token_option(
-    token: str | None, token_file: Path | None, *, option: str = "--token"
-) -> str | TokenFile:
-    """The workload token of ``option`` (else ``$BAML_WORKLOAD_TOKEN``), or a
-    :class:`TokenFile` over ``{option}-file`` (or ``$BAML_WORKLOAD_TOKEN_FILE``, which wins
-    over ``$BAML_WORKLOAD_TOKEN``); a usage error for neither, both options, or a file that
-    holds no token."""
-    found = optional_workload_token(token, token_file, option=option)
+def _workload_token(token: str | None, token_file: Path | None) -> str | TokenFile:
+    """``--token`` (else ``$BAML_WORKLOAD_TOKEN``), or a :class:`TokenFile` over
+    ``--token-file`` (or ``$BAML_WORKLOAD_TOKEN_FILE``, which wins over
+    ``$BAML_WORKLOAD_TOKEN``); a usage error for neither, both options, or a file that holds
+    no token."""
+    found = optional_workload_token(token, token_file, option="--token")
     if found is None:
         raise click.UsageError(
-            f"give {option} or {option}-file, or set {TOKEN_ENV} or {TOKEN_FILE_ENV}"
+            f"give --token or --token-file, or set {WORKLOAD_TOKEN_ENV} or "
+            f"{WORKLOAD_TOKEN_FILE_ENV}"
         )
     return found
-
-
-def optional_workload_token(
-    token: str | None, token_file: Path | None, *, option: str
-) -> str | TokenFile | None:
-    """:func:`workload_token_option`, with ``None`` when no token is given at all."""
-    if token_file is not None:
-        if token:
-            raise click.UsageError(f"give {option} or {option}-file, not both")
-        try:
-            return TokenFile(token_file)
-        except TokenFileError as exc:
-            raise click.BadParameter(str(exc), param_hint=f"'{option}-file'") from exc
-    return token or os.environ.get(TOKEN_ENV) or None
 
 
 def opened(config: ProjectorConfig) -> Projector:

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import click
 
+from baml_studio.cli_tokens import token_or_file
 from baml_studio.publisher import GatewayAuthError, Publisher, PublisherError, PublisherSettings
-from baml_studio.tokenfile import TokenFile, TokenFileError
+from baml_studio.tokenfile import TokenFile
 
 EXIT_RETRY = 1
 EXIT_AUTH = 3
@@ -78,16 +79,10 @@ def publish(
 
 
 def _token(token: str | None, token_file: Path | None) -> str | TokenFile:
-    if token_file is None:
-        if not token:
-            raise click.UsageError("give --token or --token-file")
-        return token
-    if token:
-        raise click.UsageError("give --token or --token-file, not both")
-    try:
-        return TokenFile(token_file)
-    except TokenFileError as exc:
-        raise click.BadParameter(str(exc), param_hint="'--token-file'") from exc
+    found = token_or_file(token, token_file, option="--token")
+    if found is None:
+        raise click.UsageError("give --token or --token-file")
+    return found
 
 
 class _Failure(click.ClickException):

@@ -97,7 +97,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from baml_studio.configfile import ConfigError
 from baml_studio.gateway.config import Scope
@@ -120,9 +120,10 @@ from baml_studio.queue.config import SqsQueueConfig, check_queue_name
 from baml_studio.queue.errors import QueueError
 from baml_studio.queue.port import Message, Queue
 from baml_studio.servergc import tune_for_serving
-from baml_studio.tokenfile import TokenFile, TokenFileError
+from baml_studio.tokenfile import TokenFile
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 RESERVE_MS = 10_000
 """Records are not started with less than this much invocation time left."""
@@ -172,14 +173,16 @@ def config_from_env(environ: Mapping[str, str] | None = None) -> ProjectorConfig
 
     url = required("BAML_CONTROL_PLANE_URL")
     token_file = env.get("BAML_WORKLOAD_TOKEN_FILE", "").strip()
-    token: str | TokenFile
-    if token_file:
-        try:
-            token = TokenFile(Path(token_file))
-        except TokenFileError as exc:
-            raise LambdaConfigError(f"BAML_WORKLOAD_TOKEN_FILE: {exc}") from None
-    else:
-        token = required("BAML_WORKLOAD_TOKEN")
+    token: str | TokenFile = (
+        _valid(
+            "BAML_WORKLOAD_TOKEN_FILE",
+            token_file,
+            lambda path: TokenFile(Path(path)),
+            "write the workload token to it",
+        )
+        if token_file
+        else required("BAML_WORKLOAD_TOKEN")
+    )
     derived = env.get("BAML_DERIVED_ROOT") or None
     key_cache = env.get("BAML_LANCE_KEY_CACHE_KEYS", "").strip()
     if key_cache and not (key_cache.isascii() and key_cache.isdigit()):
@@ -237,9 +240,9 @@ def config_from_env(environ: Mapping[str, str] | None = None) -> ProjectorConfig
     )
 
 
-def _valid(variable: str, value: str, check: Callable[[str], str], fix: str) -> str:
-    """``value`` of ``variable`` if ``check`` passes it, else a :class:`LambdaConfigError`
-    naming the variable, the rule it breaks and ``fix``."""
+def _valid(variable: str, value: str, check: Callable[[str], T], fix: str) -> T:
+    """``check(value)`` of ``variable``, or a :class:`LambdaConfigError` naming the variable,
+    the rule it breaks and ``fix`` when ``check`` refuses it."""
     try:
         return check(value)
     except (InvalidArgument, ValueError) as exc:
