@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from baml_studio.cli_tokens import optional_workload_token
 from baml_studio.configfile import ConfigError
@@ -156,7 +157,16 @@ def serve_dataplane(
         )
     token = optional_workload_token(workload_token, workload_token_file, option="--workload-token")
     if token is not None and control_plane is None:
-        raise click.UsageError("--workload-token needs --control-plane")
+        if workload_token or _given_on_command_line("workload_token_file"):
+            raise click.UsageError("--workload-token needs --control-plane")
+        # only $BAML_WORKLOAD_TOKEN or $BAML_WORKLOAD_TOKEN_FILE (set for the projector, say):
+        # a gateway without a control plane has no use for it
+        click.echo(
+            "note: a workload token is set in the environment but --control-plane is not; "
+            "serving the gateway without the query coordinator",
+            err=True,
+        )
+        token = None
     config = _load_config(data, host, port, setup_s3, control_plane)
     try:
         dataplane = open_dataplane(config)
@@ -195,6 +205,13 @@ def serve_dataplane(
     finally:
         dataplane.close()
         click.echo("gateway stopped (queue, store and workers closed)", err=True)
+
+
+def _given_on_command_line(parameter: str) -> bool:
+    """Whether the current command's ``parameter`` came from its command line (not from its
+    environment variable or its default)."""
+    source = click.get_current_context().get_parameter_source(parameter)
+    return source is ParameterSource.COMMANDLINE
 
 
 def _attach_coordinator(

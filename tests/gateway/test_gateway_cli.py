@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
+import pytest
 from click.testing import CliRunner
+from starlette.testclient import TestClient
 
+from baml_studio import cli_gateway
 from baml_studio.cli_gateway import parse_ttl, serve, tokens
 from baml_studio.gateway.config import Scope
 from baml_studio.gateway.tokens import KeyRingFile, PublisherTokenVerifier
@@ -59,6 +63,7 @@ def test_serve_dataplane_workload_token_usage_errors_open_nothing(tmp_path: Path
     token.write_text("t\n")
     cases = [
         (["--workload-token", "t"], "needs --control-plane"),
+        (["--workload-token-file", str(token)], "needs --control-plane"),
         ([*control, "--workload-token-file", str(tmp_path / "missing")], "does not exist"),
         ([*control, "--workload-token", "t", "--workload-token-file", str(token)], "not both"),
     ]
@@ -68,3 +73,28 @@ def test_serve_dataplane_workload_token_usage_errors_open_nothing(tmp_path: Path
         assert result.exit_code == 2, (extra, result.output)
         assert says in result.output, (extra, result.output)
     assert not data.exists()
+
+
+@pytest.mark.parametrize("variable", ["BAML_WORKLOAD_TOKEN", "BAML_WORKLOAD_TOKEN_FILE"])
+def test_serve_dataplane_without_a_control_plane_ignores_a_workload_token_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    """A workload token set in the environment (for a projector on the same machine) does not
+    stop a gateway-only start: it is ignored with a note, and no coordinator is attached."""
+    served: list[Any] = []
+    monkeypatch.setattr(cli_gateway, "serve_until_signalled", lambda app, **kw: served.append(app))
+    token = tmp_path / "workload.token"
+    token.write_text("t\n")
+    env: dict[str, str | None] = {"BAML_WORKLOAD_TOKEN": None, "BAML_WORKLOAD_TOKEN_FILE": None}
+    env[variable] = "t" if variable == "BAML_WORKLOAD_TOKEN" else str(token)
+    args = ["dataplane", "--data", str(tmp_path / "dp"), "--port", "8787"]
+    result = CliRunner().invoke(serve, args, env=env)
+    assert result.exit_code == 0, result.output
+    assert "serving the gateway without the query coordinator" in result.output
+    assert "query coordinator on" not in result.output
+    assert len(served) == 1
+    with TestClient(served[0]) as client:  # the app as served: no coordinator route
+        assert client.post("/v1/query", json={"sql": "SELECT 1"}).status_code == 404
+        refused = client.get("/v1/publisher/config")  # the gateway's route, no token given
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["code"] != "not_found", refused.text

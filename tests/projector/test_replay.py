@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 from projector_e2e_rig import Ingest, assert_same_relations, ingest_path
 from projector_fixtures import SCOPE, MemoryStore, put, upload_store, walk_store, workload_store
-from projector_service_rig import rig_worker
+from projector_service_rig import receive_all, rig_worker
 
 from baml_studio.cli_replay import replay_command
 from baml_studio.control.identity import TokenIssuer
@@ -68,13 +68,6 @@ def ended_roots(store: ObjectStore) -> dict[str, list[str]]:
 
 def pack_keys(store: ObjectStore) -> list[str]:
     return [i.key for i in store.list(PREFIX + "streams/") if i.key.endswith(".bamlpack.zst")]
-
-
-def receive_all(queue: Queue) -> list[Message]:
-    out: list[Message] = []
-    while batch := queue.receive(max_messages=10):
-        out.extend(batch)
-    return out
 
 
 def key_of(message: Message) -> str:
