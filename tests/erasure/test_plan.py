@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from json_fuzz import JSON_VALUES, mutations
 
@@ -18,10 +19,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "projector"))
 
 from projector_fixtures import SCOPE, MemoryStore, put, upload_store, workload_store
 
-from baml_studio.erasure.errors import ErasureStoreError
+from baml_studio.erasure.errors import ErasureError, ErasureStoreError, is_transient
 from baml_studio.erasure.plan import ErasurePlan, PlanStats, build_plan
 from baml_studio.erasure.refs import RefIndex, RefReader, list_streams
-from baml_studio.erasure.steps import rewritten_flush_id
+from baml_studio.erasure.steps import MAX_GENERATIONS, generations_through, rewritten_flush_id
 from baml_studio.gateway.keys import cas_key, check_flush_ulid, evidence_prefix, pack_key
 from baml_studio.projector.gather import referenced_values
 from baml_studio.publisher.pack import encode_pack
@@ -158,3 +159,24 @@ def test_a_malformed_stored_plan_raises_erasure_store_error(raw: Any, fragment: 
     with pytest.raises(ErasureStoreError) as caught:
         ErasurePlan.from_json(raw)
     assert fragment in caught.value.message and caught.value.status == 500
+
+
+def test_generations_through_walks_gen_1_to_the_active_one() -> None:
+    assert generations_through("gen_3") == ("gen_1", "gen_2", "gen_3")
+    assert generations_through(f"gen_{MAX_GENERATIONS}")[-1] == f"gen_{MAX_GENERATIONS}"
+    assert generations_through("blue") == ("blue",)  # another naming: that one only
+
+
+@given(st.integers(MAX_GENERATIONS + 1, 10**18 - 1) | st.text(max_size=30))
+def test_fuzz_generations_through_is_bounded_or_a_terminal_erasure_error(answer: Any) -> None:
+    """Whatever generation the control plane answers, the steps get a short tuple or a
+    terminal ErasureError (gen_999999999999999999 used to build a tuple of 10^18 names)."""
+    active = f"gen_{answer}" if isinstance(answer, int) else answer
+    try:
+        done = generations_through(active)
+    except ErasureError as exc:
+        assert not is_transient(exc)
+        assert active in str(exc)
+    else:
+        assert 1 <= len(done) <= MAX_GENERATIONS
+        assert done[-1] == active

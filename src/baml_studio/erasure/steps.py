@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from baml_studio.erasure.config import ErasureConfig
-from baml_studio.erasure.errors import ErasureStopped
+from baml_studio.erasure.errors import ErasureError, ErasureStopped
 from baml_studio.erasure.plan import ErasurePlan, build_plan
 from baml_studio.erasure.refs import RefIndex, RefReader, list_keys, list_streams
 from baml_studio.erasure.resolve import Resolver
@@ -47,6 +47,10 @@ log = logging.getLogger(__name__)
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _IN_CHUNK = 1000
 _GENERATION = re.compile(r"gen_([1-9][0-9]{0,17})")
+MAX_GENERATIONS = 10_000
+"""The most generations an erasure erases facts in: one request each, ``gen_1`` to the active
+one (a rebuild makes the next). A control plane that answers a later one ends the erasure
+``failed`` instead of making it build and send billions of requests."""
 
 
 @dataclass
@@ -181,7 +185,13 @@ def generations_through(active: str) -> tuple[str, ...]:
     match = _GENERATION.fullmatch(active)
     if match is None:
         return (active,)
-    return tuple(f"gen_{n}" for n in range(1, int(match.group(1)) + 1))
+    last = int(match.group(1))
+    if last > MAX_GENERATIONS:
+        raise ErasureError(
+            f"the scope's active generation is {active}: an erasure walks at most "
+            f"{MAX_GENERATIONS:,} generations (one erase request each), so it stops here"
+        )
+    return tuple(f"gen_{n}" for n in range(1, last + 1))
 
 
 def erase_lance(ctx: StepContext, root_ids: Sequence[str], doomed_values: Iterable[str]) -> int:

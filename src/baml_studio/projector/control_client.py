@@ -33,6 +33,7 @@ relation, batch id and status; never tokens or bodies.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -43,6 +44,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
@@ -308,8 +310,7 @@ class ControlClient:
         data = _json_object(
             self._call("POST", "/query-snapshots", "snapshot", json_body=body), "snapshot"
         )
-        if not isinstance(data.get("generation"), str) or not data["generation"]:
-            raise _protocol("snapshot", "a QuerySnapshot without generation")
+        _check_snapshot(data)
         return data
 
     def active_generation(self, scope: Scope, catalog_version: str = "v1") -> str:
@@ -664,6 +665,23 @@ def _protocol(operation: str, problem: str) -> ControlPlaneUnavailable:
     """A 2xx whose body breaks the contract (a proxy page, a server bug): transient, so the
     message stays in the queue until it is fixed or dead-lettered by the retry limit."""
     return ControlPlaneUnavailable(f"{operation}: the control plane answered {problem}")
+
+
+def _check_snapshot(data: dict[str, Any]) -> None:
+    """A ``QuerySnapshot`` answer has what its readers take from it: ``snapshot_id``,
+    ``generation`` and ``catalog_version`` as non-empty text and ``expires_at`` as a date-time
+    with its offset; else the answer breaks the contract (:func:`_protocol`)."""
+    for name in ("snapshot_id", "generation", "catalog_version"):
+        if not isinstance(data.get(name), str) or not data[name]:
+            raise _protocol("snapshot", f"a QuerySnapshot without {name}")
+    expires_at = data.get("expires_at")
+    moment = None
+    if isinstance(expires_at, str):
+        with contextlib.suppress(ValueError):
+            moment = datetime.fromisoformat(expires_at.replace("Z", "+00:00"))
+    if moment is None or moment.tzinfo is None:
+        shown = repr(expires_at)[:80]
+        raise _protocol("snapshot", f"a QuerySnapshot whose expires_at {shown} is not a date-time")
 
 
 def _json_object(response: httpx.Response, operation: str) -> dict[str, Any]:
