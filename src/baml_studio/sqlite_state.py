@@ -11,20 +11,39 @@ errors become the owner's typed errors (:class:`StoreSpec`), so no ``sqlite3`` t
 ``sqlite3.OperationalError``, ``OSError``  ``unavailable`` (transient: locked, I/O error)
 any other ``sqlite3.Error``                ``unusable`` (terminal)
 an unknown schema version                  ``unusable``
+a row the owner cannot decode              ``unusable`` (:meth:`SqliteState.decoded`), or
+                                           left out of a scan with an ERROR log
+                                           (:meth:`SqliteState.readable`)
 =========================================  ================================================
+
+A row that cannot be decoded (a file edited by hand, or written by a buggy version) fails only
+what reads that row: the request for it, not the store, the other rows or the process start.
 """
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from baml_studio.apierrors import ApiError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Row = tuple[Any, ...]
+
+ROW_ERRORS = (
+    ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError, OverflowError,
+    OSError,
+)  # fmt: skip
+"""What decoding a damaged row raises (``json.JSONDecodeError`` is a ``ValueError``; a time out
+of range is an ``OverflowError``, or an ``OSError`` from ``datetime.fromtimestamp``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +130,30 @@ class SqliteState:
                 return cursor.rowcount, cursor.fetchall()
             except sqlite3.Error as exc:
                 raise self.spec.wrap(exc, self.path) from exc
+
+    def decoded(self, decode: Callable[[Row], T], row: Row) -> T:
+        """``decode(row)``; a row it cannot decode is ``unusable``, naming the row's key (its
+        first column)."""
+        try:
+            return decode(row)
+        except ROW_ERRORS as exc:
+            raise self.spec.unusable(self._damaged(row, exc)) from exc
+
+    def readable(self, decode: Callable[[Row], T], rows: Iterable[Row]) -> list[T]:
+        """``decode`` of each row of a scan; a row it cannot decode is logged at ERROR and left
+        out, so one damaged row does not stop the others."""
+        out = []
+        for row in rows:
+            try:
+                out.append(decode(row))
+            except ROW_ERRORS as exc:
+                log.error("%s; left out", self._damaged(row, exc))
+        return out
+
+    def _damaged(self, row: Row, exc: BaseException) -> str:
+        key = repr(row[0] if row else None)[:80]
+        reason = f"{type(exc).__name__}: {exc}"[:200]
+        return f"{self.spec.kind} store {self.path}: row {key} cannot be read ({reason})"
 
     def close(self) -> None:
         with self._lock:

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 from metastore_servers import T0, Clock
+from sqlalchemy import create_engine, update
 
 from baml_studio.control.metastore import (
     AlreadyExists,
@@ -14,8 +15,10 @@ from baml_studio.control.metastore import (
     InvalidId,
     Metastore,
     MetastoreConflict,
+    MetastoreError,
     NotFoundInMetastore,
 )
+from baml_studio.control.metastore.tables import tokens
 from baml_studio.control.model import DeploymentKind, TokenKind, TokenRecord
 
 pytest_plugins = ("metastore_servers",)
@@ -207,3 +210,27 @@ def test_bad_token_ids_are_invalid(seeded: Metastore) -> None:
         seeded.get_token("tok/../x")
     with pytest.raises(InvalidId):
         seeded.revoke_token("")
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [("environments", "{not json"), ("environments", '{"a": 1}'), ("kind", "root")],
+)
+def test_a_damaged_token_row_is_a_metastore_error_naming_it(
+    seeded: Metastore, metastore_url: str, column: str, value: str
+) -> None:
+    """A token row this version cannot read fails the calls that read it with a typed
+    MetastoreError naming the token (it was JSONDecodeError or ValueError); other tokens read."""
+    seeded.record_token(user())
+    seeded.record_token(publisher())
+    engine = create_engine(metastore_url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                update(tokens).where(tokens.c.token_id == "tok_user1").values({column: value})
+            )
+    finally:
+        engine.dispose()
+    with pytest.raises(MetastoreError, match="token 'tok_user1' in the metastore cannot be read"):
+        seeded.get_token("tok_user1")
+    assert seeded.get_token("tok_pub1") == publisher()

@@ -5,6 +5,7 @@ an unreadable object is counted, not fatal. Also the rewritten pack's flush id."
 from __future__ import annotations
 
 import json
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from projector_fixtures import SCOPE, MemoryStore, put, upload_store, workload_s
 
 from baml_studio.erasure.errors import ErasureError, ErasureStoreError, is_transient
 from baml_studio.erasure.plan import ErasurePlan, PlanStats, build_plan
-from baml_studio.erasure.refs import RefIndex, RefReader, list_streams
+from baml_studio.erasure.refs import ObjectRefs, RefIndex, RefReader, list_streams
 from baml_studio.erasure.steps import MAX_GENERATIONS, generations_through, rewritten_flush_id
 from baml_studio.gateway.keys import cas_key, check_flush_ulid, evidence_prefix, pack_key
 from baml_studio.projector.gather import referenced_values
@@ -180,3 +181,22 @@ def test_fuzz_generations_through_is_bounded_or_a_terminal_erasure_error(answer:
     else:
         assert 1 <= len(done) <= MAX_GENERATIONS
         assert done[-1] == active
+
+
+@pytest.mark.parametrize(
+    ("cids", "roots"), [(b"\x01" * 31, "[]"), (b"", "{not json"), (b"", '{"a": 1}'), ("x", "[]")]
+)
+def test_a_damaged_reference_index_row_is_a_miss(tmp_path: Path, cids: object, roots: str) -> None:
+    """The reference index is a cache: a row it cannot read is read again from the object
+    (a miss), then replaced (it was JSONDecodeError, or CIDs cut at the wrong length)."""
+    path = tmp_path / "refs.sqlite"
+    index = RefIndex(path)
+    good = ObjectRefs(frozenset({b"\x02" * 32}), ("root_1",))
+    index.put("k", "etag", good)
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("UPDATE object_refs SET cids = ?, roots = ? WHERE key = 'k'", (cids, roots))
+    conn.close()
+    assert index.get("k", "etag") is None
+    index.put("k", "etag", good)
+    assert index.get("k", "etag") == good

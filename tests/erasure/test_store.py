@@ -3,14 +3,18 @@ never fail)."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from baml_studio.erasure.errors import ErasureStoreError
 from baml_studio.erasure.store import ErasureStore
 from baml_studio.gateway.config import Scope
+from json_fuzz import JSON_VALUES
 
 SCOPE = Scope("t", "p", "e")
 
@@ -67,3 +71,67 @@ def test_a_file_of_another_schema_version_is_refused(tmp_path: Path) -> None:
     conn.close()
     with pytest.raises(ErasureStoreError, match="version 99"):
         ErasureStore(path)
+
+
+DAMAGE = st.one_of(
+    st.none(),
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(),
+    st.text(max_size=12),
+    JSON_VALUES.map(json.dumps),
+)
+COLUMNS = (
+    "tenant", "selector", "state", "step", "streams", "plan", "streams_deleted", "attempts",
+    "error", "created_at", "updated_at",
+)  # fmt: skip
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(column=st.sampled_from(COLUMNS), value=DAMAGE)
+def test_fuzz_a_damaged_row_fails_only_what_reads_it(
+    tmp_path_factory: pytest.TempPathFactory, column: str, value: object
+) -> None:
+    """One erasure's row damaged in any column: reading it is ErasureStoreError naming it (or
+    a valid record), the other erasures read, resume and are listed, the file still opens;
+    erased_streams refuses rather than leave the damaged row's streams out."""
+    path = tmp_path_factory.mktemp("damaged") / "e.sqlite"
+    store = ErasureStore(path)
+    damaged = store.create(SCOPE, "{}", "k1", ("a",))
+    healthy = store.create(SCOPE, "{}", "k2", ("b",))
+    store.start(healthy.erasure_id)
+    store.advance(healthy.erasure_id, "erase_facts", {"root_ids": []})
+    store.close()
+    conn = sqlite3.connect(path)
+    try:
+        with conn:
+            conn.execute(
+                f"UPDATE erasures SET {column} = ? WHERE erasure_id = ?",
+                (value, damaged.erasure_id),
+            )
+    except sqlite3.IntegrityError:  # NULL in a NOT NULL column: SQLite keeps it out
+        assume(False)
+    finally:
+        conn.close()
+    reopened = ErasureStore(path)
+    try:
+        try:
+            record = reopened.get(damaged.erasure_id)
+        except ErasureStoreError as exc:
+            assert damaged.erasure_id in str(exc) and "cannot be read" in str(exc)
+        else:
+            assert record is not None
+            record.to_json()
+        found = reopened.get(healthy.erasure_id)
+        assert found is not None and found.step == "erase_facts" and found.streams == ("b",)
+        pending = [r.erasure_id for r in reopened.unfinished()]
+        assert healthy.erasure_id in pending
+        try:
+            streams = reopened.erased_streams(SCOPE)
+        except ErasureStoreError:
+            assert column == "streams"
+        else:
+            assert "b" in streams
+    finally:
+        reopened.close()

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from baml_studio.apierrors import ApiError, DependencyUnavailable
 from baml_studio.coordinator.run import PHASES, Phase
@@ -143,8 +143,15 @@ class JobRecord:
 
 
 def _record(row: tuple[Any, ...]) -> JobRecord:
+    """A stored row as a job; what :meth:`JobRecord.to_json` reads is checked here, so a
+    damaged row fails as it is read (:meth:`SqliteState.decoded`), not while it is answered."""
+    if row[6] not in get_args(JobState):
+        raise ValueError(f"state {row[6]!r:.40} is not a job state")
     phase: Phase = row[7] if row[7] in PHASES else "planning"
-    return JobRecord(
+    snapshot, error = json.loads(row[10]), json.loads(row[11]) if row[11] is not None else None
+    if not isinstance(snapshot, dict) or not isinstance(error, dict | None):
+        raise TypeError("snapshot or error is not a JSON object")
+    record = JobRecord(
         row[0],
         Scope(row[1], row[2], row[3]),
         row[4],
@@ -153,13 +160,15 @@ def _record(row: tuple[Any, ...]) -> JobRecord:
         phase,
         float(row[8]),
         int(row[9]),
-        json.loads(row[10]),
-        json.loads(row[11]) if row[11] is not None else None,
+        snapshot,
+        error,
         row[12],
         float(row[13]),
         float(row[14]),
         float(row[15]),
     )
+    record.to_json()
+    return record
 
 
 class JobStore:
@@ -200,7 +209,7 @@ class JobStore:
                 "WHERE state IN ('queued', 'running')",
                 (json.dumps(RESTARTED_ERROR), now),
             )
-        return tuple(_record(row) for row in rows)
+        return tuple(self._db.readable(_record, rows))
 
     def insert(self, record: JobRecord) -> JobRecord:
         """Store ``record``, or return the job that already holds its idempotency key."""
@@ -212,7 +221,7 @@ class JobStore:
                     (*_scope(record.scope), record.idempotency_key),
                 ).fetchone()
                 if held is not None:
-                    return _record(held)
+                    return self._db.decoded(_record, held)
             conn.execute(
                 f"INSERT INTO query_jobs ({_COLUMNS}) VALUES ({', '.join('?' * 16)})",
                 _row(record),
@@ -221,7 +230,7 @@ class JobStore:
 
     def get(self, job_id: str) -> JobRecord | None:
         _, rows = self._db.execute(f"SELECT {_COLUMNS} FROM query_jobs WHERE job_id = ?", (job_id,))
-        return _record(rows[0]) if rows else None
+        return self._db.decoded(_record, rows[0]) if rows else None
 
     def find(self, scope: Scope, idempotency_key: str) -> JobRecord | None:
         """The job of ``scope`` created with ``idempotency_key``, if any."""
@@ -230,7 +239,7 @@ class JobStore:
             "AND environment = ? AND idempotency_key = ?",
             (*_scope(scope), idempotency_key),
         )
-        return _record(rows[0]) if rows else None
+        return self._db.decoded(_record, rows[0]) if rows else None
 
     def mark_running(self, job_id: str, now: float) -> bool:
         """``queued`` → ``running``; False when the job is no longer queued (cancelled, gone)."""
@@ -285,7 +294,7 @@ class JobStore:
             f"SELECT {_COLUMNS} FROM query_jobs WHERE expires_at <= ? ORDER BY expires_at",
             (now,),
         )
-        return [_record(row) for row in rows]
+        return self._db.readable(_record, rows)
 
     def delete(self, job_id: str) -> None:
         self._db.execute("DELETE FROM query_jobs WHERE job_id = ?", (job_id,))

@@ -23,6 +23,7 @@ reference count reads only the objects it has not read before. The index is a ca
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -44,6 +45,8 @@ from baml_studio.publisher.errors import PackError
 from baml_studio.publisher.pack import Pack, decode_pack
 
 ObjectKind = Literal["meta", "data", "pack"]
+log = logging.getLogger(__name__)
+
 CID_BYTES = 32
 _KINDS: dict[str, ObjectKind] = {"meta": "meta", "data": "data", "pack": "pack"}
 
@@ -111,8 +114,20 @@ def _listing(store: ObjectStore, prefix: str) -> Iterator[ObjectInfo]:
         raise EvidenceUnavailable(f"cannot list {prefix}: {exc}") from exc
 
 
+def _refs(blob: object, roots_json: object) -> ObjectRefs:
+    """A stored row's references; ``ValueError`` or ``TypeError`` for a damaged one."""
+    if not isinstance(blob, bytes) or len(blob) % CID_BYTES or not isinstance(roots_json, str):
+        raise TypeError("not a row this index writes")
+    roots = json.loads(roots_json)
+    if not isinstance(roots, list) or not all(isinstance(r, str) for r in roots):
+        raise TypeError("roots is not a list of text")
+    cids = frozenset(blob[i : i + CID_BYTES] for i in range(0, len(blob), CID_BYTES))
+    return ObjectRefs(cids, tuple(roots))
+
+
 class RefIndex:
-    """``(key, etag) -> ObjectRefs`` in SQLite at ``path`` (``None``: in memory only)."""
+    """``(key, etag) -> ObjectRefs`` in SQLite at ``path`` (``None``: in memory only). A cache:
+    a row it cannot read is a miss (the object is read again and the row replaced)."""
 
     def __init__(self, path: Path | None = None) -> None:
         self._lock = threading.Lock()
@@ -134,9 +149,11 @@ class RefIndex:
             ).fetchone()
         if row is None:
             return None
-        blob: bytes = row[0]
-        cids = frozenset(blob[i : i + CID_BYTES] for i in range(0, len(blob), CID_BYTES))
-        return ObjectRefs(cids, tuple(json.loads(row[1])))
+        try:
+            return _refs(row[0], row[1])
+        except (ValueError, TypeError, RecursionError):
+            log.warning("reference index: the row of %s cannot be read; reading the object", key)
+            return None  # a miss: the caller reads the object again and put() replaces the row
 
     def put(self, key: str, etag: str, refs: ObjectRefs) -> None:
         blob = b"".join(sorted(refs.cids))

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from baml_studio.erasure.errors import ErasureStoreError, ErasureStoreUnavailable
 from baml_studio.erasure.selector import rfc3339
@@ -123,23 +123,48 @@ def rfc3339_at(t: float) -> str:
     return rfc3339(datetime.fromtimestamp(t, UTC))
 
 
+def _streams(row: tuple[Any, ...]) -> list[str]:
+    streams = json.loads(row[0])
+    if not isinstance(streams, list) or not all(isinstance(s, str) for s in streams):
+        raise TypeError(f"streams is not a list of text: {row[0]!r:.60}")
+    return streams
+
+
+def _streams_and_plan(row: tuple[Any, ...]) -> tuple[list[str], dict[str, Any]]:
+    plan = json.loads(row[1])
+    if not isinstance(plan, dict):
+        raise TypeError(f"plan is not an object: {row[1]!r:.60}")
+    return _streams(row), plan
+
+
 def _record(row: tuple[Any, ...]) -> ErasureRecord:
-    return ErasureRecord(
+    """A stored row as an erasure; what :meth:`ErasureRecord.to_json` reads is checked here,
+    so a damaged row fails as it is read (:meth:`SqliteState.decoded`)."""
+    if not isinstance(json.loads(row[4]), dict):
+        raise TypeError(f"selector is not an object: {row[4]!r:.60}")
+    if row[6] not in get_args(ErasureState) or row[7] not in get_args(Step):
+        raise ValueError(f"state {row[6]!r:.40} or step {row[7]!r:.40} is not one of this version")
+    plan, error = (json.loads(row[i]) if row[i] is not None else None for i in (9, 13))
+    if not isinstance(plan, dict | None) or not isinstance(error, dict | None):
+        raise TypeError("plan or error is not a JSON object")
+    record = ErasureRecord(
         row[0],
         Scope(row[1], row[2], row[3]),
         row[4],
         row[5],
         row[6],
         row[7],
-        tuple(json.loads(row[8])),
-        json.loads(row[9]) if row[9] is not None else None,
+        tuple(_streams((row[8],))),
+        plan,
         int(row[10]),
         int(row[11]),
         row[12],
-        json.loads(row[13]) if row[13] is not None else None,
+        error,
         float(row[14]),
         float(row[15]),
     )
+    record.to_json()
+    return record
 
 
 class ErasureStore:
@@ -158,7 +183,7 @@ class ErasureStore:
         _, rows = self._db.execute(
             f"SELECT {_COLUMNS} FROM erasures WHERE erasure_id = ?", (erasure_id,)
         )
-        return _record(rows[0]) if rows else None
+        return self._db.decoded(_record, rows[0]) if rows else None
 
     def find(self, scope: Scope, idempotency_key: str) -> ErasureRecord | None:
         """The erasure of ``scope`` created with ``idempotency_key``, if any."""
@@ -167,7 +192,7 @@ class ErasureStore:
             "AND environment = ? AND idempotency_key = ?",
             (scope.tenant, scope.project, scope.environment, idempotency_key),
         )
-        return _record(rows[0]) if rows else None
+        return self._db.decoded(_record, rows[0]) if rows else None
 
     def unfinished(self) -> list[ErasureRecord]:
         """Every ``queued`` or ``running`` erasure, oldest first (the order they run in)."""
@@ -176,7 +201,7 @@ class ErasureStore:
             "ORDER BY created_at, erasure_id",
             (),
         )
-        return [_record(row) for row in rows]
+        return self._db.readable(_record, rows)
 
     def erased_streams(self, scope: Scope) -> set[str]:
         """Every stream an erasure of ``scope`` resolved to, in any state."""
@@ -184,7 +209,8 @@ class ErasureStore:
             "SELECT streams FROM erasures WHERE tenant = ? AND project = ? AND environment = ?",
             (scope.tenant, scope.project, scope.environment),
         )
-        return {euid for row in rows for euid in json.loads(row[0])}
+        # a damaged row fails the call: leaving its streams out would let them be projected again
+        return {euid for row in rows for euid in self._db.decoded(_streams, row)}
 
     def earlier_plans(self, scope: Scope, streams: Iterable[str]) -> list[dict[str, Any]]:
         """The plans of earlier erasures of ``scope`` that erased any of ``streams`` (their
@@ -195,11 +221,8 @@ class ErasureStore:
             "AND environment = ? AND plan IS NOT NULL ORDER BY created_at",
             (scope.tenant, scope.project, scope.environment),
         )
-        return [
-            json.loads(plan)
-            for streams_json, plan in rows
-            if wanted & set(json.loads(streams_json))
-        ]
+        decoded = (self._db.decoded(_streams_and_plan, row) for row in rows)
+        return [plan for streams_of, plan in decoded if wanted & set(streams_of)]
 
     # --- writes --------------------------------------------------------------------------------
 
@@ -219,7 +242,7 @@ class ErasureStore:
                 (scope.tenant, scope.project, scope.environment, idempotency_key),
             ).fetchone()
             if held is not None:
-                return _record(held)
+                return self._db.decoded(_record, held)
             conn.execute(
                 f"INSERT INTO erasures ({_COLUMNS}) VALUES ({', '.join('?' * 16)})",
                 (

@@ -26,6 +26,7 @@ from baml_studio.control.metastore.base import (
 from baml_studio.control.metastore.errors import (
     InvalidArgument,
     MetastoreConflict,
+    MetastoreError,
     NotFoundInMetastore,
 )
 from baml_studio.control.model import DeploymentKind, DeploymentRecord, TokenKind, TokenRecord
@@ -280,6 +281,21 @@ def _token_values(record: TokenRecord) -> dict[str, Any]:
 
 
 def _token(row: Row[Any]) -> TokenRecord:
+    """A stored token row; :class:`MetastoreError` (terminal) naming it when it is damaged
+    (its ``kind`` or ``environments`` is not what this version writes)."""
+    try:
+        return _token_record(row)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise MetastoreError(
+            f"token {row.token_id!r:.80} in the metastore cannot be read "
+            f"({type(exc).__name__}: {str(exc)[:120]})"
+        ) from exc
+
+
+def _token_record(row: Row[Any]) -> TokenRecord:
+    environments = json.loads(row.environments)
+    if not isinstance(environments, list) or not all(isinstance(e, str) for e in environments):
+        raise TypeError("environments is not a list of text")
     return TokenRecord(
         token_id=row.token_id,
         kind=TokenKind(row.kind),
@@ -288,7 +304,7 @@ def _token(row: Row[Any]) -> TokenRecord:
         issued_at=row.issued_at,
         expires_at=row.expires_at,
         project_id=row.project_id,
-        environments=tuple(json.loads(row.environments)),
+        environments=tuple(environments),
         erasure=bool(row.erasure),
         deployment_id=row.deployment_id,
         cell=row.cell,
