@@ -186,3 +186,55 @@ def test_fuzz_redrive_policies(policy: str) -> None:
     with contextlib.suppress(QueueRequestFailed):
         url = find_dead_letter_url(_RedriveSqs(policy), "q")
         assert url.startswith("https://sqs.test/") if policy else url is None
+
+
+GOOD_MESSAGE = {
+    "MessageId": "m-good",
+    "ReceiptHandle": "r-good",
+    "Body": "{}",
+    "Attributes": {"ApproximateReceiveCount": "2", "SentTimestamp": "1800000000000"},
+}
+RECEIVED = shaped(
+    {
+        "MessageId": st.just("m1"),
+        "ReceiptHandle": st.just("r1"),
+        "Body": HOSTILE_TEXT,
+        "Attributes": shaped(
+            {
+                "ApproximateReceiveCount": st.sampled_from(["1", "x", ""]),
+                "SentTimestamp": st.sampled_from(["0", "1.5", "-"]),
+            }
+        ),
+        "MessageAttributes": JSON_VALUES,
+    }
+)
+
+
+class _ReceiveSqs:
+    """Just enough of an SQS client for ``receive``: one canned ReceiveMessage answer."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+
+    def receive_message(self, **_: Any) -> Any:
+        return self.answer
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(RECEIVED | JSON_VALUES, max_size=4))
+def test_fuzz_received_entries_are_messages_or_left_out(entries: list[Any]) -> None:
+    """An entry of a ReceiveMessage answer that cannot be read is left out (it comes back after
+    its visibility timeout and is dead-lettered by the redrive policy); the others are read.
+    It was a KeyError, TypeError or ValueError out of receive()."""
+    queue = SqsQueue(_ReceiveSqs({"Messages": [*entries, GOOD_MESSAGE]}), "https://sqs.test/q")
+    messages = queue.receive(max_messages=10)
+    assert messages[-1].receipt == "r-good" and messages[-1].receive_count == 2
+    for message in messages:
+        assert isinstance(message.body, str) and message.body
+        assert isinstance(message.receipt, str) and isinstance(message.receive_count, int)
+
+
+@pytest.mark.parametrize("answer", [{"Messages": "x"}, {"Messages": {"a": 1}}])
+def test_an_answer_whose_messages_is_not_a_list_is_unavailable(answer: Any) -> None:
+    with pytest.raises(QueueUnavailable, match="not a list"):
+        SqsQueue(_ReceiveSqs(answer), "https://sqs.test/q").receive(max_messages=1)

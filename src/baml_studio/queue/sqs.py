@@ -15,6 +15,7 @@ wrapped into the tree in :mod:`baml_studio.queue.errors`.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 import time
@@ -42,6 +43,8 @@ from baml_studio.queue.port import (
     check_send,
     check_visibility,
 )
+
+log = logging.getLogger(__name__)
 
 DEAD_LETTER_REASON_ATTRIBUTE = "DeadLetterReason"
 """Message attribute carrying the reason given to ``send_to_dead_letter``."""
@@ -260,7 +263,7 @@ class SqsQueue:
                 MessageAttributeNames=[DEAD_LETTER_REASON_ATTRIBUTE],
                 **extra,
             )
-            messages = [_message(raw) for raw in response.get("Messages", [])]
+            messages = _messages(self._url, response)
             if messages or deadline - self._monotonic() < _WAIT_GRANULARITY_S:
                 return messages
 
@@ -323,16 +326,41 @@ class SqsQueue:
             self._client.close()
 
 
+def _messages(url: str, response: Mapping[str, Any]) -> list[Message]:
+    """The messages of a ``ReceiveMessage`` answer. An entry this code cannot read (no receipt
+    handle or body, an attribute that is not a number) is logged at ERROR and left out: it
+    comes back after its visibility timeout, and the queue's redrive policy dead-letters it once
+    it has been received ``maxReceiveCount`` times. An answer whose ``Messages`` is not a list
+    is :class:`QueueUnavailable`."""
+    entries = response.get("Messages", [])
+    if not isinstance(entries, list):
+        raise QueueUnavailable(f"{url}: ReceiveMessage answered Messages that is not a list")
+    out = []
+    for raw in entries:
+        try:
+            out.append(_message(raw))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            shown = str(raw.get("MessageId") if isinstance(raw, Mapping) else raw)[:80]
+            log.error("%s: a received message cannot be read (%r: %s); left out", url, shown, exc)
+    return out
+
+
 def _message(raw: Mapping[str, Any]) -> Message:
     attributes = raw.get("Attributes", {})
     reason = raw.get("MessageAttributes", {}).get(DEAD_LETTER_REASON_ATTRIBUTE, {})
+    text = {name: raw[name] for name in ("MessageId", "ReceiptHandle", "Body")}
+    if not all(isinstance(value, str) and value for value in text.values()):
+        raise TypeError("MessageId, ReceiptHandle or Body is not text")
+    dead_letter_reason = reason.get("StringValue")
+    if dead_letter_reason is not None and not isinstance(dead_letter_reason, str):
+        raise TypeError(f"{DEAD_LETTER_REASON_ATTRIBUTE} is not text")
     return Message(
-        id=str(raw["MessageId"]),
-        receipt=str(raw["ReceiptHandle"]),
-        body=str(raw["Body"]),
+        id=text["MessageId"],
+        receipt=text["ReceiptHandle"],
+        body=text["Body"],
         receive_count=int(attributes.get("ApproximateReceiveCount", 1)),
         sent_at=int(attributes.get("SentTimestamp", 0)) / 1000,
-        dead_letter_reason=reason.get("StringValue"),
+        dead_letter_reason=dead_letter_reason,
     )
 
 
