@@ -34,6 +34,7 @@ import click
 from click.core import ParameterSource
 
 from baml_studio.durations import parse_seconds
+from baml_studio.tablecell import table_cell
 
 if TYPE_CHECKING:
     from baml_studio.coordinator.client import CoordinatorClient, CoordinatorClientError
@@ -45,7 +46,6 @@ OUTCOME_EXIT = {
     "budget_exhausted": 3,
     "cancelled": 4,
 }
-CELL_WIDTH = 60
 CATALOG_VERSION = "v1"
 MIB = 1 << 20
 
@@ -108,16 +108,6 @@ def parse_size(text: str) -> int:
 
 MAX_SIZE = (1 << 63) - 1
 """The largest size an option takes: a budget is a signed 64-bit count of bytes."""
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        text = "NULL"
-    elif isinstance(value, str):
-        text = value
-    else:
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    return text if len(text) <= CELL_WIDTH else text[: CELL_WIDTH - 1] + "…"
 
 
 def failure_exit(outcome: dict[str, Any]) -> int:
@@ -338,7 +328,7 @@ def render(result: StreamedResult, fmt: str, out: TextIO | None = None) -> dict[
         if columns:
             out.write(" | ".join(columns) + "\n")
         for row in result:
-            out.write(" | ".join(_cell(row.get(name)) for name in columns) + "\n")
+            out.write(" | ".join(table_cell(row.get(name)) for name in columns) + "\n")
         outcome = result.outcome()
         click.echo(json.dumps({"queryOutcome": outcome}), err=True)
     return outcome

@@ -6,6 +6,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from query_fakes import E1, standard
 
 from baml_studio.catalog.schema import PUBLIC_RELATIONS, RELATIONS
@@ -214,3 +216,19 @@ def test_table_cells() -> None:
     assert table_cell("text") == "text"
     assert table_cell({"a": [1, 2]}) == '{"a":[1,2]}'
     assert table_cell("x" * 100) == "x" * 59 + "…"
+
+
+def test_table_cells_are_one_line_and_send_no_terminal_escapes() -> None:
+    assert table_cell("a\nb\tc\rd") == "a\\nb\\tc\\rd"
+    assert table_cell("\x1b[31mred\x1b[0m") == "\\x1b[31mred\\x1b[0m"
+    assert table_cell("C1 \x9b DEL \x7f") == "C1 \\x9b DEL \\x7f"
+    assert table_cell("a\\nb") == "a\\\\nb"  # a backslash in the text is doubled: unambiguous
+    assert table_cell({"a": "x\ny\x85"}) == '{"a":"x\\ny\\u0085"}'  # JSON escapes C0 itself
+    assert table_cell("é 中 ✓") == "é 中 ✓"
+
+
+@given(st.one_of(st.text(), st.dictionaries(st.text(max_size=5), st.text(max_size=20))))
+def test_fuzz_a_table_cell_has_no_control_character(value: object) -> None:
+    cell = table_cell(value)
+    assert not any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in cell), cell
+    assert len(cell) <= 60

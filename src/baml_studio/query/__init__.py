@@ -21,8 +21,8 @@ from baml_studio.query.errors import (
     QueryError,
 )
 from baml_studio.query.outcome import UNAVAILABLE_REASONS, QueryOutcome
-from baml_studio.query.render import table_cell
 from baml_studio.query.result import QueryResult
+from baml_studio.tablecell import table_cell
 
 __all__ = [
     "UNAVAILABLE_REASONS",

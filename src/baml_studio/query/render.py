@@ -24,7 +24,6 @@ from baml_studio.format.values import to_json
 from baml_studio.query.values import ValueResolver
 
 VIRTUAL_KEY = b"baml.virtual"
-CELL_WIDTH = 60
 _NS = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
@@ -123,14 +122,3 @@ def _parse_json(text: str | None) -> Any:
 def _render_handle(resolver: ValueResolver, handle: bytes | None) -> Any:
     value = resolver.evaluate(handle)
     return None if value is None else to_json(value)
-
-
-def table_cell(value: Any, width: int = CELL_WIDTH) -> str:
-    """A row value as a table cell: strings bare, NULL, JSON otherwise, cut at ``width``."""
-    if value is None:
-        text = "NULL"
-    elif isinstance(value, str):
-        text = value
-    else:
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return text if len(text) <= width else text[: width - 1] + "…"
