@@ -74,7 +74,7 @@ def test_tokens_are_issued_again_at_half_their_life(tmp_path: Path) -> None:
     provision(config)
     now = [1_000.0]
     tokens = Tokens(config, clock=lambda: now[0])
-    assert sorted(tokens.refresh(force=True)) == ["publisher", "user", "workload"]
+    assert sorted(tokens.refresh(force=True)) == ["eraser", "publisher", "user", "workload"]
     first = {kind: config.token_path(kind).read_text() for kind in ("workload", "user")}
     assert tokens.refresh() == []
     now[0] += 1799
@@ -84,7 +84,7 @@ def test_tokens_are_issued_again_at_half_their_life(tmp_path: Path) -> None:
     assert config.token_path("workload").read_text() != first["workload"]
     assert config.token_path("user").read_text() == first["user"]
     now[0] += 12 * 3600
-    assert sorted(tokens.refresh()) == ["user", "workload"]
+    assert sorted(tokens.refresh()) == ["eraser", "user", "workload"]
 
     control = ControlConfig.from_data_dir(config.control_dir)
     with Metastore.open(control.metastore_url) as metastore:
@@ -97,6 +97,10 @@ def test_tokens_are_issued_again_at_half_their_life(tmp_path: Path) -> None:
             assert oct(config.token_path(kind.value).stat().st_mode & 0o777) == "0o600"
         with pytest.raises(ApiError):
             verifier.verify(config.token_path("workload").read_text().strip(), TokenKind.USER)
+        user = verifier.verify(config.token_path("user").read_text().strip(), TokenKind.USER)
+        eraser = verifier.verify(config.token_path("eraser").read_text().strip(), TokenKind.USER)
+        assert (user.erasure, eraser.erasure) == (False, True)  # only the eraser token erases
+        assert oct(config.token_path("eraser").stat().st_mode & 0o777) == "0o600"
 
 
 @pytest.mark.parametrize(
@@ -229,6 +233,29 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def assert_only_the_eraser_token_erases(gateway: str, data: Path) -> None:
+    """``up``'s user token is refused an erasure; its eraser token gets one accepted."""
+    token = (data / "tokens" / "user.token").read_text().strip()
+    rows = httpx.post(
+        f"{gateway}/v1/query",
+        json={"sql": "SELECT process_id FROM threads LIMIT 1", "parameters": [],
+              "catalog_version": "v1", "budget": BUDGET},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=60,
+    ).text.splitlines()  # fmt: skip
+    euid = json.loads(rows[0])["process_id"]
+    body = {"process_euids": [euid]}
+    answers = {}
+    for kind in ("user", "eraser"):
+        token = (data / "tokens" / f"{kind}.token").read_text().strip()
+        headers = {"Authorization": f"Bearer {token}", "Idempotency-Key": "up-test"}
+        answers[kind] = httpx.post(f"{gateway}/v1/erasures", json=body, headers=headers, timeout=60)
+    assert answers["user"].status_code == 403, answers["user"].text
+    assert answers["user"].json()["error"]["code"] == "permission_denied"
+    assert answers["eraser"].status_code == 202, answers["eraser"].text
+    assert answers["eraser"].json()["streams_matched"] == 1
+
+
 def test_up_serves_a_published_workload_and_a_second_up_finds_it_again(tmp_path: Path) -> None:
     store = tmp_path / "app" / "profiles-v1"
     run_workload(store, executions=40, seed=3)
@@ -250,6 +277,7 @@ def test_up_serves_a_published_workload_and_a_second_up_finds_it_again(tmp_path:
         assert_gone(running.pids)
     with up_process(data) as again:  # the same directory: the same facts and rows
         assert remote_counts(again.gateway, data) == expected
+        assert_only_the_eraser_token_erases(again.gateway, data)
         again.process.send_signal(signal.SIGINT)
         assert again.process.wait(timeout=120) == 0
         assert_gone(again.pids)

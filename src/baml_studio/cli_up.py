@@ -109,6 +109,7 @@ def _summary(config: UpConfig, stack: Stack) -> str:
     gateway = config.dataplane_url
     publisher_file = tokens / "publisher.token"
     user = f'"$(cat {tokens / "user.token"})"'
+    eraser = f'"$(cat {tokens / "eraser.token"})"'
     pids = ", ".join(f"{name} {pid}" for name, pid in stack.pids.items())
     return "\n".join(
         [
@@ -127,6 +128,8 @@ def _summary(config: UpConfig, stack: Stack) -> str:
             "then query it:",
             f"  baml-studio query --remote {gateway} --token {user} "
             '"SELECT fqn, count(*) AS calls FROM calls GROUP BY fqn"',
+            "and erase a stream (its evidence, facts and private rows):",
+            f"  baml-studio erase --remote {gateway} --token {eraser} --euid EUID --wait",
             "SIGTERM or Ctrl-C stops everything.",
         ]
     )

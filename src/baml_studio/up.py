@@ -4,16 +4,18 @@ Under one directory ``DIR``::
 
     DIR/control/            serve control: SQLite metastore, chDB facts, the control key ring
     DIR/dataplane/          serve dataplane: directory bucket, SQLite queue, Lance under derived/v1
-    DIR/tokens/             workload.token, publisher.token, user.token (each 0600, one line)
+    DIR/tokens/             workload.token, publisher.token, user.token, eraser.token (each 0600,
+                            one line; eraser: a user token with the erasure permission)
     DIR/logs/               control.log, dataplane.log, projector.log (each child's stderr)
 
 :func:`provision` makes one scope (tenant, project, environment; ``local/default/dev`` unless
 told otherwise) and a BYOC deployment ``local`` serving it, in the metastore and in the data
 plane's environments file, each step only if missing, so a second ``up`` over the same
-directory finds its data again. :class:`Tokens` issues the three tokens into ``DIR/tokens``
+directory finds its data again. :class:`Tokens` issues the four tokens into ``DIR/tokens``
 and issues each again at half its lifetime: a workload token lives at most an hour, so the
 data plane and the projector read theirs from the file (``--workload-token-file``,
-``--token-file``: :mod:`baml_studio.tokenfile`), and a user token at most a day.
+``--token-file``: :mod:`baml_studio.tokenfile`), and a user token at most a day. The user
+token queries; only the eraser token (a user token with the erasure permission) can erase.
 
 :class:`Stack` starts ``serve control``, then ``serve dataplane`` (gateway and query
 coordinator, publisher tokens checked with the control plane's keys), then ``projector``, each
@@ -63,7 +65,12 @@ PUBLISHER_TTL_S = 90 * 86400
 START_TIMEOUT_S = 120.0
 CLI = (sys.executable, "-m", "baml_studio.cli")
 DEFAULT_SCOPE = Scope("local", "default", "dev")
-LIFETIMES = {"workload": WORKLOAD_TTL_S, "user": USER_TTL_S, "publisher": PUBLISHER_TTL_S}
+LIFETIMES = {
+    "workload": WORKLOAD_TTL_S,
+    "user": USER_TTL_S,
+    "eraser": USER_TTL_S,
+    "publisher": PUBLISHER_TTL_S,
+}
 """Seconds each token issued by :class:`Tokens` lives; it is issued again at half of it."""
 
 
@@ -121,7 +128,7 @@ class UpConfig:
         return f"http://{_url_host(self.host)}:{self.dataplane_port}"
 
     def token_path(self, kind: str) -> Path:
-        """``DIR/tokens/<kind>.token`` (``workload``, ``publisher`` or ``user``)."""
+        """``DIR/tokens/<kind>.token`` (``workload``, ``publisher``, ``user`` or ``eraser``)."""
         return self.tokens_dir / f"{kind}.token"
 
 
@@ -168,7 +175,7 @@ def provision(config: UpConfig) -> None:
 
 @dataclass
 class Tokens:
-    """The stack's three tokens in ``DIR/tokens``, each issued again at half its life."""
+    """The stack's four tokens in ``DIR/tokens``, each issued again at half its life."""
 
     config: UpConfig
     clock: Callable[[], float] = time.time
@@ -200,9 +207,13 @@ class Tokens:
             for kind in kinds:
                 if kind == "workload":
                     issued = issuer.issue_workload(scope.tenant, DEPLOYMENT, CELL, WORKLOAD_TTL_S)
-                elif kind == "user":
+                elif kind in ("user", "eraser"):
                     issued = issuer.issue_user(
-                        scope.tenant, scope.project, [scope.environment], ttl_s=USER_TTL_S
+                        scope.tenant,
+                        scope.project,
+                        [scope.environment],
+                        erasure=kind == "eraser",
+                        ttl_s=USER_TTL_S,
                     )
                 else:
                     issued = issuer.issue_publisher(scope, PUBLISHER_TTL_S)
