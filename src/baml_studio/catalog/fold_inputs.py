@@ -12,6 +12,7 @@ Data issues (reference facts §5.3) render as the Rust ``Debug`` strings the ``h
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from baml_studio.format.function_table import FunctionTable
@@ -69,6 +70,8 @@ DataIssue = (
     | NoRootEnded
     | UnresolvedDependency
 )
+SegmentIssue = MissingDataSegment | CorruptDataSegment
+"""Why a data segment in range could not be read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +133,43 @@ class DataRead:
     """Missing/corrupt segments in range order, then the group-count mismatch if any."""
     files_found: int = 0
     """Data files in range that hold a group of this execution."""
+
+
+def read_data_ranges(
+    metas: Sequence[ExecutionMeta],
+    data_hw: int,
+    read: Callable[[int, list[ThreadRef]], Iterable[DataGroup] | SegmentIssue],
+) -> dict[ThreadRef, DataRead]:
+    """The data groups of ``metas`` (executions of one process), calling ``read(seq, roots)``
+    once for each data segment in their ranges (``data_hw`` ends the range of an execution
+    without RootEnded): the segment's groups of those roots, or the issue that kept it from
+    being read, which every execution whose range holds it gets. The local catalog
+    (:func:`baml_studio.catalog.load.load_data`) and the projector (``gather``) read through
+    this, each with its own reader."""
+    wanted: dict[int, list[ThreadRef]] = {}
+    for meta in metas:
+        lo, hi = meta.data_range(data_hw)
+        for seq in range(max(lo, 1), hi + 1):
+            wanted.setdefault(seq, []).append(meta.root)
+    groups: dict[ThreadRef, list[tuple[int, DataGroup]]] = {m.root: [] for m in metas}
+    issues: dict[ThreadRef, list[DataIssue]] = {m.root: [] for m in metas}
+    for seq in sorted(wanted):
+        roots = wanted[seq]
+        found = read(seq, roots)
+        if isinstance(found, MissingDataSegment | CorruptDataSegment):
+            for root in roots:
+                issues[root].append(found)
+        else:
+            for group in found:
+                groups[group.root].append((seq, group))
+    out: dict[ThreadRef, DataRead] = {}
+    for meta in metas:
+        count = len(groups[meta.root])
+        ended = meta.ended
+        if ended is not None and count != ended.data_segment_count:
+            issues[meta.root].append(GroupCountMismatch(ended.data_segment_count, count))
+        out[meta.root] = DataRead(tuple(groups[meta.root]), tuple(issues[meta.root]), count)
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,12 +24,12 @@ from typing import Any
 
 from baml_studio.catalog.fold_inputs import (
     CorruptDataSegment,
-    DataIssue,
     DataRead,
     ExecutionMeta,
-    GroupCountMismatch,
     MissingDataSegment,
     ProcessInfo,
+    SegmentIssue,
+    read_data_ranges,
 )
 from baml_studio.format.cas import CODEC_FUNCTION_TABLE, cas_relpath
 from baml_studio.format.errors import BamlStudioError
@@ -157,39 +157,18 @@ def load_data(
     """The data groups of ``metas`` (executions of ``mark``'s process), reading each data
     segment in their ranges once and decoding only their groups."""
     listed = set(mark.data_sequences)
-    wanted: dict[int, list[ThreadRef]] = {}
-    for meta in metas:
-        lo, hi = meta.data_range(mark.data_hw)
-        for seq in range(max(lo, 1), hi + 1):
-            wanted.setdefault(seq, []).append(meta.root)
-    groups: dict[ThreadRef, list[tuple[int, DataGroup]]] = {m.root: [] for m in metas}
-    issues: dict[ThreadRef, list[DataIssue]] = {m.root: [] for m in metas}
-    for seq in sorted(wanted):
-        roots = wanted[seq]
-        issue: DataIssue | None = None
+
+    def read(seq: int, roots: list[ThreadRef]) -> tuple[DataGroup, ...] | SegmentIssue:
         if seq not in listed:
-            issue = MissingDataSegment(seq)
-        else:
-            try:
-                segment = reader.read_data(mark.euid, seq, roots=roots)
-            except StoreNotFound:
-                issue = MissingDataSegment(seq)
-            except BamlStudioError:
-                issue = CorruptDataSegment(seq)
-            else:
-                for group in segment.groups:
-                    groups[group.root].append((seq, group))
-        if issue is not None:
-            for root in roots:
-                issues[root].append(issue)
-    out: dict[ThreadRef, DataRead] = {}
-    for meta in metas:
-        found = len(groups[meta.root])
-        ended = meta.ended
-        if ended is not None and found != ended.data_segment_count:
-            issues[meta.root].append(GroupCountMismatch(ended.data_segment_count, found))
-        out[meta.root] = DataRead(tuple(groups[meta.root]), tuple(issues[meta.root]), found)
-    return out
+            return MissingDataSegment(seq)
+        try:
+            return reader.read_data(mark.euid, seq, roots=roots).groups
+        except StoreNotFound:
+            return MissingDataSegment(seq)
+        except BamlStudioError:
+            return CorruptDataSegment(seq)
+
+    return read_data_ranges(metas, mark.data_hw, read)
 
 
 class FunctionTables:

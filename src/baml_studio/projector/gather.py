@@ -45,13 +45,13 @@ from typing import Any
 
 from baml_studio.catalog.fold_inputs import (
     CorruptDataSegment,
-    DataIssue,
     DataRead,
     ExecutionInputs,
     ExecutionMeta,
-    GroupCountMismatch,
     MissingDataSegment,
     ProcessInfo,
+    SegmentIssue,
+    read_data_ranges,
 )
 from baml_studio.catalog.fold_store import function_definition_rows
 from baml_studio.format.cas import CODEC_VALUE
@@ -250,36 +250,16 @@ def _read_data(
 ) -> dict[ThreadRef, DataRead]:
     """Each data segment in the ranges once, only these executions' groups (``load_data``);
     ``data_hw`` ends the range of an execution without RootEnded."""
-    wanted: dict[int, list[ThreadRef]] = {}
-    for meta in metas:
-        lo, hi = meta.data_range(data_hw)
-        for seq in range(max(lo, 1), hi + 1):
-            wanted.setdefault(seq, []).append(meta.root)
-    groups: dict[ThreadRef, list[tuple[int, DataGroup]]] = {m.root: [] for m in metas}
-    issues: dict[ThreadRef, list[DataIssue]] = {m.root: [] for m in metas}
-    for seq in sorted(wanted):
-        roots = wanted[seq]
-        issue: DataIssue | None = None
+
+    def read(seq: int, roots: list[ThreadRef]) -> tuple[DataGroup, ...] | SegmentIssue:
         try:
-            segment = reader.data(euid_hex, seq, roots=roots)
+            return reader.data(euid_hex, seq, roots=roots).groups
         except EvidenceMissing:
-            issue = MissingDataSegment(seq)
+            return MissingDataSegment(seq)
         except EvidenceCorrupt:
-            issue = CorruptDataSegment(seq)
-        else:
-            for group in segment.groups:
-                groups[group.root].append((seq, group))
-        if issue is not None:
-            for root in roots:
-                issues[root].append(issue)
-    out: dict[ThreadRef, DataRead] = {}
-    for meta in metas:
-        found = len(groups[meta.root])
-        ended = meta.ended
-        if ended is not None and found != ended.data_segment_count:
-            issues[meta.root].append(GroupCountMismatch(ended.data_segment_count, found))
-        out[meta.root] = DataRead(tuple(groups[meta.root]), tuple(issues[meta.root]), found)
-    return out
+            return CorruptDataSegment(seq)
+
+    return read_data_ranges(metas, data_hw, read)
 
 
 def _definitions(
