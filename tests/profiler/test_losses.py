@@ -68,6 +68,15 @@ def test_from_env_reads_interval_and_dir(tmp_path: Path) -> None:
     )
     default = ProfilerConfig.from_env({}, project_dir=tmp_path)
     assert default.store_root == tmp_path / ".baml" / "profiles-v1" and default.enabled
+    assert (
+        ProfilerConfig.from_env({"BAML_PROFILE_PUBLISH_INTERVAL_MS": " 0 "}).publish_interval_s == 0
+    )
+
+
+@pytest.mark.parametrize("raw", ["-5", "1.5", "\u0663", "1_000", "5" * 5000, "soon", "12345678901"])
+def test_a_bad_publish_interval_is_a_value_error_naming_the_variable(raw: str) -> None:
+    with pytest.raises(ValueError, match="BAML_PROFILE_PUBLISH_INTERVAL_MS"):
+        ProfilerConfig.from_env({"BAML_PROFILE_PUBLISH_INTERVAL_MS": raw})
 
 
 def test_value_over_the_ceiling_is_lost_as_too_large(store_root: Path) -> None:

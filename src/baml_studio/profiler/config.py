@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,7 +79,8 @@ class ProfilerConfig:
         cls, env: Mapping[str, str] | None = None, *, project_dir: Path | None = None
     ) -> ProfilerConfig:
         """Build a config from ``BAML_PROFILE``, ``BAML_PROFILE_DIR``,
-        ``BAML_PROFILE_PUBLISH_INTERVAL_MS`` (a bad interval raises ``ValueError``),
+        ``BAML_PROFILE_PUBLISH_INTERVAL_MS`` (1-10 ASCII digits or ``MAX``; anything else
+        raises ``ValueError`` naming the variable),
         ``BAML_PUBLISH_GATEWAY``, ``BAML_PUBLISH_TOKEN`` and ``BAML_PUBLISH_TOKEN_FILE``.
 
         The root comes from the resolver the readers share: ``BAML_PROFILE_DIR``, else
@@ -89,7 +91,7 @@ class ProfilerConfig:
         interval: float | None = DEFAULT_PUBLISH_INTERVAL_S
         raw = env.get("BAML_PROFILE_PUBLISH_INTERVAL_MS")
         if raw:
-            interval = None if raw.strip().upper() == "MAX" else max(0, int(raw)) / 1000.0
+            interval = _interval_s(raw)
         token_file = env.get("BAML_PUBLISH_TOKEN_FILE", "").strip()
         return cls(
             store_root=root,
@@ -99,3 +101,17 @@ class ProfilerConfig:
             publish_token=env.get("BAML_PUBLISH_TOKEN", "").strip() or None,
             publish_token_file=Path(token_file) if token_file else None,
         )
+
+
+def _interval_s(raw: str) -> float | None:
+    """``BAML_PROFILE_PUBLISH_INTERVAL_MS`` in seconds; ``MAX`` is None. ASCII digits only
+    (``int`` alone would take ``٣`` or ``1_0``, and raise past 4,300 digits)."""
+    text = raw.strip()
+    if text.upper() == "MAX":
+        return None
+    if not re.fullmatch(r"[0-9]{1,10}", text):
+        raise ValueError(
+            f"BAML_PROFILE_PUBLISH_INTERVAL_MS={raw!r:.40} is not a whole number of "
+            "milliseconds (0-9999999999) or MAX"
+        )
+    return int(text) / 1000.0
