@@ -4,27 +4,18 @@ rule leaves the row out), and the other jobs are read, failed on restart and exp
 
 from __future__ import annotations
 
-import json
-import sqlite3
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from baml_studio.coordinator.jobs_store import JobRecord, JobStore, JobStoreError
 from baml_studio.gateway.config import Scope
-from json_fuzz import JSON_VALUES
+from sqlite_damage import SQLITE_VALUES, damage_row
 
 SCOPE = Scope("t", "p", "e")
 NOW = 1_800_000_000.0
-DAMAGE = st.one_of(
-    st.none(),
-    st.integers(-(2**63), 2**63 - 1),
-    st.floats(),
-    st.text(max_size=12),
-    JSON_VALUES.map(json.dumps),
-)
 COLUMNS = (
     "tenant", "state", "phase", "fraction", "rows_so_far", "snapshot", "error", "created_at",
     "updated_at", "expires_at",
@@ -40,20 +31,13 @@ def job(job_id: str, state: str = "queued", expires_at: float = NOW + 3600) -> J
 
 
 def damage(path: Path, job_id: str, column: str, value: object) -> None:
-    conn = sqlite3.connect(path)
-    try:
-        with conn:
-            conn.execute(f"UPDATE query_jobs SET {column} = ? WHERE job_id = ?", (value, job_id))
-    except sqlite3.IntegrityError:  # NULL in a NOT NULL column: SQLite keeps it out
-        assume(False)
-    finally:
-        conn.close()
+    damage_row(path, "query_jobs", ("job_id", job_id), column, value)
 
 
 @settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(column=st.sampled_from(COLUMNS), value=DAMAGE)
+@given(column=st.sampled_from(COLUMNS), value=SQLITE_VALUES)
 def test_fuzz_a_damaged_row_fails_only_what_reads_it(
     tmp_path_factory: pytest.TempPathFactory, column: str, value: object
 ) -> None:

@@ -3,18 +3,17 @@ never fail)."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from baml_studio.erasure.errors import ErasureStoreError
 from baml_studio.erasure.store import ErasureStore
 from baml_studio.gateway.config import Scope
-from json_fuzz import JSON_VALUES
+from sqlite_damage import SQLITE_VALUES, damage_row
 
 SCOPE = Scope("t", "p", "e")
 
@@ -73,13 +72,6 @@ def test_a_file_of_another_schema_version_is_refused(tmp_path: Path) -> None:
         ErasureStore(path)
 
 
-DAMAGE = st.one_of(
-    st.none(),
-    st.integers(-(2**63), 2**63 - 1),
-    st.floats(),
-    st.text(max_size=12),
-    JSON_VALUES.map(json.dumps),
-)
 COLUMNS = (
     "tenant", "selector", "state", "step", "streams", "plan", "streams_deleted", "attempts",
     "error", "created_at", "updated_at",
@@ -89,7 +81,7 @@ COLUMNS = (
 @settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(column=st.sampled_from(COLUMNS), value=DAMAGE)
+@given(column=st.sampled_from(COLUMNS), value=SQLITE_VALUES)
 def test_fuzz_a_damaged_row_fails_only_what_reads_it(
     tmp_path_factory: pytest.TempPathFactory, column: str, value: object
 ) -> None:
@@ -103,17 +95,7 @@ def test_fuzz_a_damaged_row_fails_only_what_reads_it(
     store.start(healthy.erasure_id)
     store.advance(healthy.erasure_id, "erase_facts", {"root_ids": []})
     store.close()
-    conn = sqlite3.connect(path)
-    try:
-        with conn:
-            conn.execute(
-                f"UPDATE erasures SET {column} = ? WHERE erasure_id = ?",
-                (value, damaged.erasure_id),
-            )
-    except sqlite3.IntegrityError:  # NULL in a NOT NULL column: SQLite keeps it out
-        assume(False)
-    finally:
-        conn.close()
+    damage_row(path, "erasures", ("erasure_id", damaged.erasure_id), column, value)
     reopened = ErasureStore(path)
     try:
         try:
