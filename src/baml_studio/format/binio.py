@@ -17,11 +17,14 @@ from typing import Any, NoReturn, TypeVar
 
 from baml_studio.format.errors import (
     EncodeError,
+    EuidMismatch,
     InvalidChecksum,
     InvalidKind,
+    InvalidMagic,
     InvalidUtf8,
     TrailingBytes,
     Truncated,
+    UnsupportedVersion,
 )
 from baml_studio.format.ids import CallRef, ThreadRef
 from baml_studio.format.records import MAX_STRING_BYTES, CallSiteSpan
@@ -222,6 +225,25 @@ def strip_checksum(file_bytes: Buffer) -> memoryview:
     if hashlib.sha256(body).digest() != mv[len(mv) - CHECKSUM_BYTES :]:
         raise InvalidChecksum("trailing SHA-256 does not match the file content")
     return body
+
+
+def segment_header(
+    raw: Buffer, magic: bytes, what: str, version: int, expected_euid: bytes | None
+) -> tuple[Reader, int, bytes]:
+    """The checked start of a meta or data segment file: the trailing checksum, ``magic``, the
+    schema ``version``, then the sequence and the euid (``expected_euid``: the stream
+    directory's). Returns the reader after the euid, the sequence and the euid."""
+    r = Reader(strip_checksum(raw))
+    if r.raw(8) != magic:
+        raise InvalidMagic(f"not a {what} segment (expected magic {magic!r})")
+    found = r.u16()
+    if found != version:
+        raise UnsupportedVersion(found, version)
+    sequence = r.u64()
+    euid = r.raw(16)
+    if expected_euid is not None and euid != expected_euid:
+        raise EuidMismatch(f"segment euid {euid.hex()} != stream directory {expected_euid.hex()}")
+    return r, sequence, euid
 
 
 def enum_at(table: tuple[T, ...], value: int, what: str) -> T:

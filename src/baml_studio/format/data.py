@@ -24,7 +24,7 @@ from baml_studio.format.binio import (
     Writer,
     put_thread,
     read_thread,
-    strip_checksum,
+    segment_header,
     with_checksum,
 )
 from baml_studio.format.cct import check_health, decode_cct_payload, encode_cct_payload
@@ -33,10 +33,7 @@ from baml_studio.format.errors import (
     DataEmptyGroup,
     DataGroupOrder,
     EncodeError,
-    EuidMismatch,
-    InvalidMagic,
     Truncated,
-    UnsupportedVersion,
 )
 from baml_studio.format.evidence import decode_evidence_payload, encode_evidence_payload
 from baml_studio.format.ids import ThreadRef
@@ -109,16 +106,7 @@ def decode_data_segment(
     With ``roots``, only groups of those executions are decoded and returned; the others are
     skipped by slice arithmetic (their framing, order and health byte are still checked).
     """
-    r = Reader(strip_checksum(raw))
-    if r.raw(8) != DATA_MAGIC:
-        raise InvalidMagic(f"not a data segment (expected magic {DATA_MAGIC!r})")
-    version = r.u16()
-    if version != SCHEMA_VERSION:
-        raise UnsupportedVersion(version, SCHEMA_VERSION)
-    sequence = r.u64()
-    euid = r.raw(16)
-    if expected_euid is not None and euid != expected_euid:
-        raise EuidMismatch(f"segment euid {euid.hex()} != stream directory {expected_euid.hex()}")
+    r, sequence, euid = segment_header(raw, DATA_MAGIC, "data", SCHEMA_VERSION, expected_euid)
     group_count = r.u64()
     payload = Reader(r.view(r.u64()))
     r.finish()

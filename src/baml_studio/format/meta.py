@@ -20,20 +20,17 @@ from baml_studio.format.binio import (
     Reader,
     Writer,
     put_thread,
-    strip_checksum,
+    segment_header,
     with_checksum,
 )
 from baml_studio.format.errors import (
     EncodeError,
-    EuidMismatch,
     InvalidKind,
-    InvalidMagic,
     MetaInvalidHealth,
     MetaInvalidStatus,
     MetaStreamStartedMisplaced,
     MetaUnknownTag,
     Truncated,
-    UnsupportedVersion,
 )
 from baml_studio.format.ids import ThreadRef
 from baml_studio.format.records import (
@@ -126,16 +123,7 @@ def encode_meta_segment(seg: MetaSegment) -> bytes:
 
 def decode_meta_segment(raw: Buffer, *, expected_euid: bytes | None = None) -> MetaSegment:
     """Decode a ``.bamlmeta`` file; ``expected_euid`` is the stream directory's euid."""
-    r = Reader(strip_checksum(raw))
-    if r.raw(8) != META_MAGIC:
-        raise InvalidMagic(f"not a meta segment (expected magic {META_MAGIC!r})")
-    version = r.u16()
-    if version != SCHEMA_VERSION:
-        raise UnsupportedVersion(version, SCHEMA_VERSION)
-    sequence = r.u64()
-    euid = r.raw(16)
-    if expected_euid is not None and euid != expected_euid:
-        raise EuidMismatch(f"segment euid {euid.hex()} != stream directory {expected_euid.hex()}")
+    r, sequence, euid = segment_header(raw, META_MAGIC, "meta", SCHEMA_VERSION, expected_euid)
     data_high_water = r.u64()
     record_count = r.u64()
     payload = Reader(r.view(r.u64()))
