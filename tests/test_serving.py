@@ -89,3 +89,42 @@ def test_stop_signals_raise_in_the_block_and_the_old_handlers_come_back() -> Non
             signal.raise_signal(signum)
         assert caught.value.signum == signum
         assert {sig: signal.getsignal(sig) for sig in before} == before
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["serve", "control", "--data", "control"], ["serve", "dataplane", "--data", "dataplane"]],
+    ids=["control", "dataplane"],
+)
+def test_a_server_that_cannot_start_exits_4_with_why_and_closes_its_stores(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """A port in use: uvicorn logs why and exits 3 (undocumented here); the command says
+    what it could not serve on, closes its stores and exits 4 (unavailable)."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        done = subprocess.run(
+            [*CLI, *command[:3], str(tmp_path / command[3]), "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 4, done.stderr
+    assert f"error: could not serve on 127.0.0.1:{port}" in done.stderr, done.stderr
+    assert "address already in use" in done.stderr, done.stderr
+    assert "stopped" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_tls_certificate_that_cannot_be_loaded_exits_4(tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.write_text("garbage")
+    key.write_text("garbage")
+    done = subprocess.run(
+        [*CLI, "serve", "dataplane", "--data", str(tmp_path / "dp"), "--port", str(_free_port()),
+         "--tls-cert", str(cert), "--tls-key", str(key)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 4, done.stderr
+    assert "error: could not serve on" in done.stderr and "Traceback" not in done.stderr

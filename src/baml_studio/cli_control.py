@@ -4,7 +4,8 @@ Register with ``serve.add_command(serve_control)`` on the ``serve`` group.
 
 Exit codes: 0 success (also after a graceful stop on SIGTERM or SIGINT, once the stores are
 closed), 2 usage error (bad option or an unreadable ``control.json``), 4 a store
-is unavailable (data directory, metastore or fact store cannot be opened).
+is unavailable (data directory, metastore or fact store cannot be opened) or the server could
+not start (its address in use, its TLS files unreadable).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def serve_control(
     from baml_studio.control.tls import server_ssl_options
     from baml_studio.format.errors import BamlStudioError
     from baml_studio.servergc import tune_for_serving
-    from baml_studio.serving import serve_until_signalled
+    from baml_studio.serving import ServeFailed, serve_until_signalled
 
     try:
         config = ControlConfig.from_data_dir(data, metastore_url=metastore_url, facts_dsn=facts_dsn)
@@ -89,6 +90,9 @@ def serve_control(
             access_log=False,
             **ssl_options,
         )
+    except ServeFailed as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(EXIT_UNAVAILABLE) from exc
     finally:
         counts = control.facts.stats.snapshot()
         control.close()

@@ -6,7 +6,8 @@ Exit codes: 0 success (``serve dataplane`` also after a graceful stop on SIGTERM
 once its queue, store and workers are closed), 2 usage error (bad option, an unreadable
 ``dataplane.json`` or a malformed ``keys/presign.key``), 3 ``setup s3-notifications --verify``
 found rules missing, 4 the data directory (or its key ring) or S3/SQS is unavailable (cannot be
-created, read, parsed or written; S3/SQS did not answer), 5 S3 or SQS refused the setup (missing
+created, read, parsed or written; S3/SQS did not answer), or the server could not start (its
+address in use, its TLS files unreadable), 5 S3 or SQS refused the setup (missing
 bucket, access denied, invalid queue name).
 
 AWS queue policy: S3 sends to a queue only if the queue's policy allows ``sqs:SendMessage`` from
@@ -37,7 +38,7 @@ from baml_studio.gateway.errors import KeyringError
 from baml_studio.gateway.service import DataplaneConfig, load_dataplane_config
 from baml_studio.gateway.tokens import MAX_TTL_SECONDS, KeyRingFile, mint_publisher_token
 from baml_studio.servergc import tune_for_serving
-from baml_studio.serving import serve_until_signalled
+from baml_studio.serving import ServeFailed, serve_until_signalled
 
 EXIT_RULES_MISSING = 3
 EXIT_UNAVAILABLE = 4
@@ -202,6 +203,9 @@ def serve_dataplane(
         serve_until_signalled(
             dataplane.app, host=host, port=port, log_level="info", access_log=False, **ssl
         )
+    except ServeFailed as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(EXIT_UNAVAILABLE) from exc
     finally:
         dataplane.close()
         click.echo("gateway stopped (queue, store and workers closed)", err=True)

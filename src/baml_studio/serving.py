@@ -49,13 +49,32 @@ def stop_signals_raise() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+class ServeFailed(Exception):
+    """The server did not start: its address could not be bound (a port in use, a host that is
+    not this machine's) or its TLS files could not be loaded. The commands exit 4 with it."""
+
+
+STARTUP_FAILURE = 3
+"""What uvicorn exits with when the server did not start (it has logged why)."""
+
+
 def serve_until_signalled(app: Any, **options: Any) -> None:
     """``uvicorn.run(app, **options)``; returns once uvicorn stopped, on its own or gracefully
-    on SIGTERM or SIGINT. Call it from the main thread."""
+    on SIGTERM or SIGINT; :class:`ServeFailed` when it did not start. Call it from the main
+    thread."""
     import uvicorn
 
+    where = f"{options.get('host', '127.0.0.1')}:{options.get('port', 8000)}"
     try:
         with stop_signals_raise():
             uvicorn.run(app, **options)
     except Signalled:
         pass
+    except SystemExit as exc:
+        if exc.code != STARTUP_FAILURE:
+            raise
+        raise ServeFailed(
+            f"could not serve on {where} (the line above says why: an address in use, say)"
+        ) from exc
+    except OSError as exc:  # the TLS certificate or key (ssl.SSLError is an OSError)
+        raise ServeFailed(f"could not serve on {where}: {exc}") from exc
