@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from baml_studio.cli_query import TOKEN_OPTION, parse_duration, session
+from baml_studio.cli_tokens import header_text
 
 if TYPE_CHECKING:
     from baml_studio.erasure.client import ErasureClient
@@ -43,7 +44,7 @@ FINAL_STATES = frozenset({"succeeded", "failed"})
 @click.option("--remote", metavar="URL", required=True, help="The data plane's base URL.")
 @TOKEN_OPTION
 @click.option(
-    "--environment", metavar="ID", default=None,
+    "--environment", metavar="ID", default=None, callback=header_text,
     help="The environment to erase in (needed when the token grants several).",
 )  # fmt: skip
 @click.option("--euid", "euids", multiple=True, metavar="EUID", help="A stream (32 hex); repeat.")
@@ -54,7 +55,7 @@ FINAL_STATES = frozenset({"succeeded", "failed"})
 @click.option("--from", "start", metavar="TIME", help="Time range start (RFC 3339), with --to.")
 @click.option("--to", "end", metavar="TIME", help="Time range end (exclusive), with --from.")
 @click.option(
-    "--idempotency-key", default=None,
+    "--idempotency-key", default=None, callback=header_text,
     help="Resend with the same key to get the same erasure (default: derived from the request).",
 )  # fmt: skip
 @click.option("--wait", is_flag=True, help="Poll until the erasure ends; exit 3 if it failed.")

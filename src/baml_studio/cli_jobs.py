@@ -47,6 +47,7 @@ from baml_studio.cli_query import (
     render,
     session,
 )
+from baml_studio.cli_tokens import header_text
 
 if TYPE_CHECKING:
     from baml_studio.coordinator.client import CoordinatorClient
@@ -107,6 +108,7 @@ def _print_job(job: dict[str, Any]) -> None:
 @click.option(
     "--idempotency-key",
     default=None,
+    callback=header_text,
     help="Resend with the same key to get the same job back (default: a fresh key).",
 )
 @click.option("-q", "--quiet", is_flag=True, help="Print only the job id.")

@@ -21,6 +21,7 @@ import click
 from baml_studio.cli_tokens import (
     WORKLOAD_TOKEN_ENV,
     WORKLOAD_TOKEN_FILE_ENV,
+    header_text,
     optional_workload_token,
 )
 from baml_studio.configfile import ConfigError
@@ -89,7 +90,12 @@ def projector_options(command: Command) -> Command:
             help=f"File holding the workload token, read again whenever it changes (or "
             f"${WORKLOAD_TOKEN_FILE_ENV}): for a service that outlives one token.",
         ),
-        click.option("--token", default=None, help=f"Workload token (or ${WORKLOAD_TOKEN_ENV})."),
+        click.option(
+            "--token",
+            default=None,
+            callback=header_text,
+            help=f"Workload token (or ${WORKLOAD_TOKEN_ENV}).",
+        ),
         click.option(
             "--control-plane",
             required=True,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from baml_studio.cli_tokens import token_or_file
+from baml_studio.cli_tokens import header_text, token_or_file
 from baml_studio.publisher import GatewayAuthError, Publisher, PublisherError, PublisherSettings
 from baml_studio.tokenfile import TokenFile
 
@@ -30,7 +30,9 @@ EXIT_PROBLEMS = 4
     help="The profiles-v1 store directory, e.g. .baml/profiles-v1.",
 )
 @click.option("--gateway", required=True, help="Gateway base URL, e.g. http://127.0.0.1:8080.")
-@click.option("--token", envvar="BAML_PUBLISHER_TOKEN", help="Publisher token (JWT).")
+@click.option(
+    "--token", envvar="BAML_PUBLISHER_TOKEN", callback=header_text, help="Publisher token (JWT)."
+)
 @click.option(
     "--token-file",
     type=click.Path(path_type=Path, dir_okay=False),

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO, TypeVar
 import click
 from click.core import ParameterSource
 
+from baml_studio.cli_tokens import header_text
 from baml_studio.durations import parse_seconds
 from baml_studio.tablecell import table_cell
 
@@ -155,12 +156,14 @@ TOKEN_OPTION = click.option(
     "--token",
     envvar="BAML_USER_TOKEN",
     default=None,
+    callback=header_text,
     help="The user token for --remote (default: $BAML_USER_TOKEN).",
 )
 ENVIRONMENT_OPTION = click.option(
     "--environment",
     metavar="ID",
     default=None,
+    callback=header_text,
     help="With --remote: the environment to query (needed when the token allows several).",
 )
 MAX_BYTES_OPTION = click.option(
