@@ -43,6 +43,7 @@ from baml_studio.projector.control_client import (
 )
 from baml_studio.projector.errors import (
     ControlPlaneAuthRefused,
+    ControlPlaneNotFound,
     ControlPlaneRefused,
     ControlPlaneUnavailable,
     InactiveGeneration,
@@ -131,10 +132,12 @@ def test_projection_schemas_are_read_once_per_version(
 
 
 def test_unknown_catalog_version_is_refused_with_the_server_code(client: ControlClient) -> None:
-    with pytest.raises(ControlPlaneRefused) as caught:
+    """A 404 is the client's configuration (a catalog version, a URL), never the evidence:
+    ControlPlaneNotFound is a transient refusal, so a message that meets it is retried."""
+    with pytest.raises(ControlPlaneNotFound) as caught:
         client.projection_schemas("v999")
     assert (caught.value.status, caught.value.code) == (404, "unknown_catalog_version")
-    assert not caught.value.transient
+    assert isinstance(caught.value, ControlPlaneRefused) and caught.value.transient
 
 
 def test_active_generation_is_cached_until_invalidated(

@@ -133,6 +133,37 @@ def test_an_expired_workload_token_retries_messages_then_a_rotated_one_drains(
         assert_one_fact_set(ingest, fact_database)
 
 
+def test_a_control_plane_url_with_a_wrong_path_retries_messages_then_the_right_one_drains(
+    tmp_path: Path, chdb_dsn: str, fact_database: str, workload_store: Path
+) -> None:
+    """``--control-plane http://host/wrong``: every request is a 404 from the control plane's
+    unknown-route handler. That is configuration, not evidence: the messages are retried,
+    nothing is dead-lettered or marked (they were all quarantined), and a worker with the
+    right URL drains the queue into one fact set."""
+    with (
+        ingest_path(tmp_path, chdb_dsn, fact_database, workload_store) as ingest,
+        control_endpoint(ingest) as (url, token),
+    ):
+        queue = ingest.dataplane.queue
+        assert queue is not None
+        with ControlClient(url + "/wrong", token) as client:
+            worker = rig_worker(ingest, client)
+            outcomes = {m.body: worker.handle(m) for m in receive_all(queue)}
+            metas = {body: o for body, o in outcomes.items() if ".bamlmeta.zst" in body}
+            # meta objects that end executions are retried; packs (and a meta object that
+            # ends none) need no control plane
+            assert "retry" in metas.values() and "quarantined" not in outcomes.values(), metas
+            assert worker.stats.quarantined == 0 and worker.stats.executions == 0
+        assert queue.dead_letter_queue().approximate_count() == 0
+        assert not [o.key for o in ingest.dataplane.store.list() if "/quarantine/" in o.key]
+        with ControlClient(url, token) as client:
+            worker = rig_worker(ingest, client)
+            worker.drain()
+        assert worker.stats.executions > 0 and worker.stats.quarantined == 0
+        assert queue.approximate_count() == 0
+        assert_one_fact_set(ingest, fact_database)
+
+
 class ClickHouseSwitch:
     """The ClickHouse behind one fact store, taken down and brought back: while down, its
     connections are gone (the pooled clients closed) and every new one is refused as

@@ -34,7 +34,11 @@ from baml_studio.format.errors import BamlStudioError
 from baml_studio.gateway.config import Scope
 from baml_studio.objectstore.port import ObjectStore
 from baml_studio.projector.control_client import ControlClient
-from baml_studio.projector.errors import ControlPlaneRefused, ControlPlaneUnavailable
+from baml_studio.projector.errors import (
+    ControlPlaneNotFound,
+    ControlPlaneRefused,
+    ControlPlaneUnavailable,
+)
 from baml_studio.projector.lance_store import PrivateStore
 from baml_studio.projector.resident_client import ResidentBudget, resident_query
 
@@ -119,6 +123,11 @@ class Coordinator:
                 raise DependencyUnavailable(
                     f"the control plane refused the coordinator's workload token: {exc}",
                     code="control_plane_refused",
+                ) from exc
+            if isinstance(exc, ControlPlaneNotFound):  # the server's --control-plane URL
+                raise DependencyUnavailable(
+                    f"the coordinator's control plane has no snapshot route: {exc}",
+                    code="dependency_unavailable",
                 ) from exc
             raise BadRequest(f"the control plane refused the snapshot: {exc}") from exc
         except (ControlPlaneUnavailable, BamlStudioError, OSError) as exc:

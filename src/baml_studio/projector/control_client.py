@@ -13,7 +13,10 @@ Answers map to errors by status, never by message text:
 ``401 403``                            :class:`ControlPlaneAuthRefused` (a transient
                                        ``ControlPlaneRefused``: the token or the deployment's
                                        scope, not the request, is at fault)
-other 4xx (400 404 409 413)            :class:`ControlPlaneRefused` (terminal): ``status``, the
+``404 405``                            :class:`ControlPlaneNotFound` (a transient
+                                       ``ControlPlaneRefused``: a route or catalog version
+                                       that is not there is configuration, not evidence)
+other 4xx (400 409 413)                :class:`ControlPlaneRefused` (terminal): ``status``, the
                                        ``ErrorResponse`` ``code``; its message and details in
                                        the text
 ``429 500 502 503 504``, transport     retried with exponential backoff and full jitter, waiting
@@ -57,6 +60,7 @@ from baml_studio.httpclient import check_base_url, new_request_id
 from baml_studio.jsontext import parse_json
 from baml_studio.projector.errors import (
     ControlPlaneAuthRefused,
+    ControlPlaneNotFound,
     ControlPlaneRefused,
     ControlPlaneUnavailable,
     InactiveGeneration,
@@ -77,6 +81,8 @@ MAX_DETAIL_CHARS = 1000
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 AUTH_STATUS = frozenset({401, 403})
 """Refusals of the token or its scope: :class:`ControlPlaneAuthRefused`."""
+NOT_FOUND_STATUS = frozenset({404, 405})
+"""No such route or resource: :class:`ControlPlaneNotFound`."""
 ZSTD_LEVEL = 3
 MAX_SENDER_THREADS = 64
 """Threads of the blocking transport's batch pool (a client given an ``httpx.Client``): past a
@@ -658,6 +664,8 @@ def _refusal(
         return code, ControlPlaneUnavailable(text, status=status)
     if status in AUTH_STATUS:
         return code, ControlPlaneAuthRefused(text, status=status, code=code)
+    if status in NOT_FOUND_STATUS:
+        return code, ControlPlaneNotFound(text, status=status, code=code)
     return code, ControlPlaneRefused(text, status=status, code=code)
 
 
@@ -732,6 +740,7 @@ __all__ = [
     "BatchAck",
     "ControlClient",
     "ControlPlaneAuthRefused",
+    "ControlPlaneNotFound",
     "ControlPlaneRefused",
     "ControlPlaneUnavailable",
     "EncodedBatch",

@@ -14,7 +14,8 @@ Exception tree::
         │                              ingested: leave the message for a retry
         ├── ControlPlaneUnavailable    the control plane did not answer, or 5xx/429      transient
         ├── ControlPlaneRefused        the control plane refused a request (4xx)         terminal
-        │   └── ControlPlaneAuthRefused  the workload token (401) or its scope (403)     transient
+        │   ├── ControlPlaneAuthRefused  the workload token (401) or its scope (403)     transient
+        │   └── ControlPlaneNotFound     no such route or resource (404, 405): the URL    transient
         ├── InactiveGeneration         the generation written to is no longer active     transient
         └── LanceCommitFailed          a Lance write or commit failed                    transient
 
@@ -113,6 +114,16 @@ class ControlPlaneAuthRefused(ControlPlaneRefused):
     sound: the same one succeeds once the token is rotated or the deployment assigned, so a
     message that met this is retried (and, past the queue's receive limit, dead-lettered by
     the queue), never quarantined as if its evidence were bad."""
+
+    transient = True
+
+
+class ControlPlaneNotFound(ControlPlaneRefused):
+    """The control plane has no such route or resource (404, 405): a ``--control-plane`` URL
+    with a wrong path, a proxy in front of something else, or a control plane without the
+    catalog version asked for. Configuration, never the evidence: a message that met this is
+    retried (and, past the queue's receive limit, dead-lettered by the queue, to be replayed
+    once the URL is fixed), never quarantined."""
 
     transient = True
 

@@ -45,6 +45,7 @@ from baml_studio.objectstore.port import ObjectStore
 from baml_studio.projector.control_client import ControlClient
 from baml_studio.projector.errors import (
     ControlPlaneAuthRefused,
+    ControlPlaneNotFound,
     ControlPlaneRefused,
     EvidenceCorrupt,
     EvidenceMissing,
@@ -190,6 +191,11 @@ class ProjectorWorker:
             return self._retry(message)
         except ControlPlaneAuthRefused as exc:  # the token or its scope, not the message
             log.error("message %s retried: workload token or scope refused: %s", message.id, exc)
+            return self._retry(message)
+        except ControlPlaneNotFound as exc:  # the control plane's URL, not the message
+            log.error(
+                "message %s retried: the control plane has no such route: %s", message.id, exc
+            )
             return self._retry(message)
         except ProjectorError as exc:
             if exc.transient:
