@@ -29,6 +29,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from baml_studio.cli_paths import dataset_root
 from baml_studio.cli_tokens import optional_workload_token
 from baml_studio.configfile import ConfigError
 from baml_studio.durations import parse_seconds
@@ -108,6 +109,7 @@ def serve() -> None:
 @click.option(
     "--derived",
     default=None,
+    callback=dataset_root,
     help="Root of the Lance datasets the coordinator reads (default: DATA/derived/v1).",
 )
 @click.option(

@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from baml_studio.cli_paths import dataset_root
 from baml_studio.cli_tokens import (
     WORKLOAD_TOKEN_ENV,
     WORKLOAD_TOKEN_FILE_ENV,
@@ -79,6 +80,7 @@ def projector_options(command: Command) -> Command:
         click.option(
             "--derived",
             default=None,
+            callback=dataset_root,
             help="Root of the Lance datasets (default: "
             "DATA/derived/v1, or s3://BUCKET/derived/v1 on S3).",
         ),

@@ -38,6 +38,7 @@ from baml_studio.projector.lance_store import (
     VALUES_SCHEMA,
     PrivateStore,
     PrivateStoreError,
+    check_dataset_root,
     relation_schema,
 )
 from baml_studio.projector.value_paths import VALUE_PATHS_SCHEMA, leaf_rows
@@ -574,3 +575,28 @@ def test_s3_missing_dataset_reads_as_absent(s3_store: PrivateStore) -> None:
     assert s3_store.version() == {}
     assert s3_store.get_values(["bamlv_1_" + "0" * 64]) == {}
     assert s3_store.projected(["x"]) == set()
+
+
+@pytest.mark.parametrize(
+    "root", ["garbage://x", "s3://", "http://bucket/derived", "", "  ", "S3:/bad"]
+)
+def test_a_dataset_root_lance_cannot_open_is_refused_at_once(root: str) -> None:
+    """Refused when the store is made (a typo used to fail every write, and the projector
+    quarantined the messages that made them). ``S3:/bad`` has no ``://``: a local path."""
+    if root == "S3:/bad":
+        assert check_dataset_root(root) == root
+        return
+    with pytest.raises(ValueError, match="Lance"):
+        PrivateStore(root)
+
+
+def test_the_cli_refuses_a_dataset_root_before_doing_anything(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from baml_studio.cli import main
+
+    args = ["projector", "--data", str(tmp_path / "dp"), "--control-plane", "http://127.0.0.1:9",
+            "--token", "t", "--derived", "garbage://x", "--once"]  # fmt: skip
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and "garbage://x" in result.output, result.output
+    assert not (tmp_path / "dp").exists()

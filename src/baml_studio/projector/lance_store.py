@@ -134,6 +134,25 @@ that bound it as the newest has to write its lease)."""
 MAX_BACKOFF_S = 2.0
 
 
+DATASET_SCHEMES = frozenset({"file", "s3", "s3+ddb", "gs", "az", "abfss", "memory"})
+"""The URI schemes Lance opens datasets under; a root without ``://`` is a local path."""
+
+
+def check_dataset_root(uri: str) -> str:
+    """``uri`` when it is a local path or a URI Lance can open (:data:`DATASET_SCHEMES`);
+    ``ValueError`` naming the schemes otherwise (a typo there used to fail every write, and
+    quarantine the messages that made them)."""
+    if not uri.strip():
+        raise ValueError("the Lance datasets' root is empty")
+    scheme, sep, rest = uri.partition("://")
+    if sep and (scheme.lower() not in DATASET_SCHEMES or not rest.strip("/")):
+        raise ValueError(
+            f"{uri!r:.120} is not a local path or a URI Lance opens "
+            f"({', '.join(sorted(s + '://' for s in DATASET_SCHEMES))})"
+        )
+    return uri
+
+
 class PrivateStoreError(ProjectorError):
     """Bad input to the private store (a wrong CID, rows that do not fit the relation), or a
     dataset it cannot use. Terminal: the same call fails the same way."""
@@ -240,6 +259,7 @@ class PrivateStore:
     ) -> None:
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+        check_dataset_root(root_uri)
         remote = "://" in root_uri and not root_uri.startswith("file://")
         local = None if remote else Path(root_uri.removeprefix("file://")).resolve()
         self._local_root = local
