@@ -192,7 +192,7 @@ MAX_PRIVATE_BYTES_OPTION = click.option(
 @click.option("--explain", is_flag=True, help="Print the query plan instead of running it.")
 @click.option(
     "--max-rows",
-    type=click.IntRange(min=0),
+    type=click.IntRange(min=1),
     default=None,
     help="Stop after this many result rows (budget_exhausted). Remote default: 10000.",
 )
@@ -256,6 +256,7 @@ def query(
         with session(remote, token, CoordinatorClient) as client:
             sys.exit(_run_remote(client, sql, fmt, budget, environment))
     from baml_studio.catalog.local import LocalStoreSource
+    from baml_studio.format.errors import BamlStudioError
     from baml_studio.query import QueryBudgets, QueryEngine, QueryError
     from baml_studio.store.config import resolve_store_root
 
@@ -267,14 +268,20 @@ def query(
     if max_rows is not None:
         budgets = dataclasses.replace(budgets, max_result_rows=max_rows)
     if max_wall is not None:
-        budgets = dataclasses.replace(budgets, max_wall_s=parse_duration(max_wall))
-    engine = QueryEngine(LocalStoreSource(root), budgets)
+        wall = parse_duration(max_wall)
+        if wall <= 0:
+            raise click.BadParameter("must be more than 0s", param_hint="'--max-wall'")
+        budgets = dataclasses.replace(budgets, max_wall_s=wall)
     try:
+        engine = QueryEngine(LocalStoreSource(root), budgets)
         _dispatch(engine, sql, fmt, internal, show_schema, table_name, explain)
     except QueryError as exc:
         outcome = {"resultState": "failed", "error": {"code": exc.code, "message": str(exc)}}
         click.echo(f"error: {exc}", err=True)
         sys.exit(failure_exit(outcome))
+    except BamlStudioError as exc:  # the store cannot be read (a file where a directory goes)
+        click.echo(f"error: the store at {root} cannot be read: {exc}", err=True)
+        sys.exit(5)
     except KeyboardInterrupt:
         sys.exit(130)
 

@@ -176,7 +176,7 @@ def test_the_request_carries_the_budget_and_environment(url: str, stub: StubCoor
         (["--store", "x"], "mutually exclusive"),
         (["--schema"], "local store only"),
         (["--explain"], "local store only"),
-        (["--max-rows", "0"], "at least 1"),
+        (["--max-rows", "0"], "x>=1"),
         (["--max-bytes", "lots"], "expected a size"),
         (["--max-bytes", "9" * 5000], "expected a size"),
         (["--max-bytes", "\uff18MiB"], "expected a size"),  # a fullwidth 8: int() takes it

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -232,3 +233,22 @@ def test_fuzz_a_table_cell_has_no_control_character(value: object) -> None:
     cell = table_cell(value)
     assert not any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in cell), cell
     assert len(cell) <= 60
+
+
+def test_local_budgets_of_zero_and_an_unreadable_store_are_clean_errors(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from baml_studio.cli import main
+
+    store = tmp_path / "store"
+    (store / "streams").mkdir(parents=True)
+    for args, says in [(["--max-rows", "0"], "--max-rows"), (["--max-wall", "0s"], "--max-wall")]:
+        result = CliRunner().invoke(main, ["query", "--store", str(store), *args, "SELECT 1"])
+        assert result.exit_code == 2 and says in result.output, result.output
+    (store / "streams").rmdir()
+    (store / "streams").write_text("a file where a directory goes")
+    result = CliRunner().invoke(
+        main, ["query", "--store", str(store), "SELECT count(*) FROM calls"]
+    )
+    assert result.exit_code == 5 and "cannot be read" in result.output, result.output
+    assert isinstance(result.exception, SystemExit), result.exception  # no traceback
