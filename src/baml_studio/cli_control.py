@@ -73,12 +73,17 @@ def serve_control(
     if tls_cert is not None:
         if tls_key is None:
             raise click.UsageError("--tls-cert needs --tls-key")
-        ssl_options = server_ssl_options(tls_cert, tls_key, client_ca)
+        try:
+            ssl_options = server_ssl_options(tls_cert, tls_key, client_ca)
+        except (OSError, BamlStudioError) as exc:  # a missing or unreadable PEM file
+            raise click.UsageError(f"TLS: {exc}") from exc
     try:
         control = ControlPlane.open(config)
     except (OSError, BamlStudioError) as exc:
         click.echo(f"error: cannot open the control plane's stores: {exc}", err=True)
         raise SystemExit(EXIT_UNAVAILABLE) from exc
+    except ValueError as exc:  # a fact store setting (--facts, control.json) it cannot use
+        raise click.UsageError(f"control configuration: {exc}") from exc
     scheme = "https" if ssl_options else "http"
     click.echo(f"control plane on {scheme}://{host}:{port} (data {data})", err=True)
     try:

@@ -33,11 +33,15 @@ from baml_studio.cli_paths import dataset_root
 from baml_studio.cli_tokens import optional_workload_token
 from baml_studio.configfile import ConfigError
 from baml_studio.durations import parse_seconds
+from baml_studio.format.errors import BamlStudioError
 from baml_studio.gateway.config import Scope
 from baml_studio.gateway.environments import EnvironmentsFile
 from baml_studio.gateway.errors import KeyringError
 from baml_studio.gateway.service import DataplaneConfig, load_dataplane_config
 from baml_studio.gateway.tokens import MAX_TTL_SECONDS, KeyRingFile, mint_publisher_token
+from baml_studio.objectstore.errors import InvalidArgument as ObjectStoreInvalidArgument
+from baml_studio.objectstore.errors import ObjectStoreError
+from baml_studio.queue.errors import QueueError
 from baml_studio.servergc import tune_for_serving
 from baml_studio.serving import ServeFailed, serve_until_signalled
 
@@ -184,9 +188,19 @@ def serve_dataplane(
     except NotificationSetupError as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_UNAVAILABLE if exc.transient else EXIT_REFUSED) from exc
+    except (ValueError, ObjectStoreInvalidArgument) as exc:  # a value in dataplane.json
+        raise click.UsageError(f"dataplane configuration: {exc}") from exc
+    except (QueueError, ObjectStoreError, BamlStudioError) as exc:  # a file under DATA
+        click.echo(f"error: data directory {data} is unusable: {exc}", err=True)
+        raise SystemExit(EXIT_UNAVAILABLE) from exc
     if token is not None:
-        _attach_coordinator(dataplane, config, token, derived, studio_origins,
-                            cache_dir or data / "cache")  # fmt: skip
+        try:
+            _attach_coordinator(dataplane, config, token, derived, studio_origins,
+                                cache_dir or data / "cache")  # fmt: skip
+        except ValueError as exc:  # the read cache's directory cannot be made
+            dataplane.close()
+            click.echo(f"error: {exc}", err=True)
+            raise SystemExit(EXIT_UNAVAILABLE) from exc
         click.echo("query coordinator on /v1/query and /v1/query-jobs", err=True)
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
@@ -273,7 +287,7 @@ def mint(
         ring = KeyRingFile(config.keys_path).load_or_create()
         if provision:
             EnvironmentsFile(config.environments_path).add(scope)
-    except (OSError, KeyringError) as exc:
+    except (OSError, KeyringError, BamlStudioError) as exc:  # the environments file, too
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_UNAVAILABLE) from exc
     click.echo(mint_publisher_token(ring, scope, seconds))
@@ -371,8 +385,11 @@ def s3_notifications(
         )
     except (ValueError, InvalidArgument) as exc:
         raise click.BadParameter(str(exc)) from exc
-    s3_client = make_client(s3_config, endpoint_url)
-    sqs_client = service.make_sqs_client(s3_config, queue_config)
+    try:
+        s3_client = make_client(s3_config, endpoint_url)
+        sqs_client = service.make_sqs_client(s3_config, queue_config)
+    except ValueError as exc:  # botocore: an endpoint URL or a region it cannot use
+        raise click.BadParameter(str(exc)) from exc
     try:
         if verify:
             status = service.verify_s3_notifications(s3_client, sqs_client, bucket, queue_config)

@@ -135,3 +135,23 @@ def test_served_control_plane_ingests_and_queries(served: tuple[str, str]) -> No
     assert read_ipc(answer.content).column("n").to_pylist() == [5]
     jwks = httpx.get(f"{url}/.well-known/jwks.json").json()
     assert jwks["keys"][0]["kty"] == "OKP"
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--facts", "garbage"], "fact store dsn 'garbage'"),
+        (["--tls-cert", "nofile.pem", "--tls-key", "nofile.pem"], "does not exist"),
+    ],
+)
+def test_serve_control_settings_it_cannot_use_are_usage_errors(
+    tmp_path: Path, args: list[str], says: str
+) -> None:
+    """Exit 2 with the reason (they were ValueError / TlsConfigError tracebacks, exit 1)."""
+    done = subprocess.run(
+        [*CLI, "serve", "control", "--data", str(tmp_path / "c"), "--port", str(_free_port()),
+         *args],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert says in done.stderr and "Traceback" not in done.stderr, done.stderr

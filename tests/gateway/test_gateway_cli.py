@@ -98,3 +98,43 @@ def test_serve_dataplane_without_a_control_plane_ignores_a_workload_token_from_t
         refused = client.get("/v1/publisher/config")  # the gateway's route, no token given
         assert refused.status_code == 400, refused.text
         assert refused.json()["error"]["code"] != "not_found", refused.text
+
+
+def _dataplane_dir(tmp_path: Path, name: str, files: dict[str, str]) -> Path:
+    data = tmp_path / name
+    for relative, text in files.items():
+        (data / relative).parent.mkdir(parents=True, exist_ok=True)
+        (data / relative).write_text(text)
+    return data
+
+
+@pytest.mark.parametrize(
+    ("files", "code", "says"),
+    [
+        ({"dataplane.json": '{"public_base_url": "not a url"}'}, 2, "must start with http"),
+        ({"dataplane.json": '{"s3": {"bucket": "evidence", "endpoint_url": "notaurl"}}'}, 2,
+         "endpoint"),
+        ({"queue/projection.sqlite3": "garbage"}, 4, "file is not a database"),
+        ({"buckets": "a file where a directory goes"}, 4, "is unusable"),
+    ],
+)  # fmt: skip
+def test_serve_dataplane_refuses_what_it_cannot_use_without_a_traceback(
+    tmp_path: Path, files: dict[str, str], code: int, says: str
+) -> None:
+    """Values in dataplane.json are usage errors (2); files under DATA it cannot use are
+    unavailable (4). They were tracebacks with exit 1."""
+    data = _dataplane_dir(tmp_path, "dp", files)
+    result = CliRunner().invoke(serve, ["dataplane", "--data", str(data), "--port", "8787"])
+    assert result.exit_code == code, result.output
+    assert says in result.output, result.output
+    assert isinstance(result.exception, SystemExit), result.exception
+
+
+@pytest.mark.parametrize("text", ["garbage", "", "[]", "null", '{"environments": [1]}'])
+def test_tokens_mint_with_an_unreadable_environments_file_exits_4(
+    tmp_path: Path, text: str
+) -> None:
+    data = _dataplane_dir(tmp_path, "dp", {"environments.json": text})
+    args = ["mint", "--data", str(data), "--tenant", "t", "--project", "p", "--environment", "e"]
+    result = CliRunner().invoke(tokens, args)
+    assert result.exit_code == 4 and "environments file" in result.output, result.output
