@@ -81,10 +81,24 @@ def _job_command(name: str) -> Callable[[F], click.Command]:
     def decorate(function: F) -> click.Command:
         function = TOKEN_OPTION(function)
         function = remote_option(required=True)(function)
-        function = click.argument("job_id", metavar="JOB")(function)
+        function = click.argument("job_id", metavar="JOB", callback=_job_id)(function)
         return jobs.command(name)(function)
 
     return decorate
+
+
+MAX_JOB_ID = 256
+
+
+def _job_id(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A job id as ``jobs start`` printed it: 1-256 printable ASCII characters, no ``/``, so it
+    is one URL path segment (an empty id was a ``ValueError`` traceback, a very long one an
+    ``InvalidURL``)."""
+    if not (0 < len(value) <= MAX_JOB_ID) or "/" in value:
+        raise click.BadParameter(
+            f"a job id is 1-{MAX_JOB_ID} characters without '/', e.g. job_01J…"
+        )
+    return header_text(ctx, param, value) or value
 
 
 def _print_job(job: dict[str, Any]) -> None:
@@ -283,13 +297,33 @@ def download(job_id: str, remote: str, token: str | None, output: Path | None, f
       baml-studio jobs download --remote https://data-plane.example.com --token "$TOKEN" \\
         "$JOB" --format json --output result.json
     """
+    if output is not None and not output.parent.is_dir():
+        raise click.BadParameter(f"{output.parent} is not a directory", param_hint="'--output'")
     with _client(remote, token) as client, client.job_result(job_id) as result:
         if output is None:
             outcome = render(result, fmt)
         else:
-            with _atomic_text(output) as out:
-                outcome = render(result, fmt, out)
+            try:
+                with _atomic_text(output) as out:
+                    outcome = render(result, fmt, out)
+                    if _broke(outcome):  # rows without their outcome: not a result
+                        raise _DownloadBroke
+            except _DownloadBroke:
+                click.echo(f"error: the download broke before its outcome; {output} not written",
+                           err=True)  # fmt: skip
+            except OSError as exc:
+                click.echo(f"error: cannot write {output}: {exc}", err=True)
+                sys.exit(5)
     sys.exit(exit_code(outcome))
+
+
+class _DownloadBroke(Exception):
+    """The result stream ended without its outcome: the temp file is discarded."""
+
+
+def _broke(outcome: dict[str, Any]) -> bool:
+    error = outcome.get("error")
+    return isinstance(error, dict) and error.get("code") == "stream_incomplete"
 
 
 @contextlib.contextmanager

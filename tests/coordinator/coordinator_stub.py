@@ -152,6 +152,8 @@ class StubCoordinator:
     """Per-test scenarios (SQL → lines), e.g. a real local run's output."""
     flaky_gets: int = 0
     """The next this-many job GETs answer 503."""
+    blob_cut: bool = False
+    """The result object ends after its rows, without the outcome line."""
     release: threading.Event = field(default_factory=threading.Event)
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
@@ -160,6 +162,7 @@ class StubCoordinator:
         self.seen.clear()
         self.blob_seen.clear()
         self.flaky_gets = 0
+        self.blob_cut = False
 
     def app(self) -> Starlette:
         return Starlette(
@@ -254,7 +257,7 @@ class StubCoordinator:
 
     async def blob(self, request: Request) -> Response:
         self.blob_seen.append(Seen("GET", request.url.path, dict(request.headers)))
-        lines = [*map(row_line, ROWS), outcome_line(outcome())]
+        lines = [*map(row_line, ROWS)] + ([] if self.blob_cut else [outcome_line(outcome())])
         return Response("".join(x + "\n" for x in lines), media_type="application/x-ndjson")
 
     def _job(self, request: Request) -> Job:

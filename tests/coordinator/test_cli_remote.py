@@ -238,6 +238,23 @@ def test_jobs_start_status_watch_download(url: str, stub: StubCoordinator, tmp_p
     assert [p.name for p in tmp_path.iterdir()] == ["result.jsonl"]  # no temp file left
 
 
+def test_a_download_that_breaks_writes_no_file_and_bad_targets_are_usage_errors(
+    url: str, stub: StubCoordinator, tmp_path: Path
+) -> None:
+    job_id = jobs(url, "start", "-q", "SELECT job_ok").stdout.strip()
+    assert jobs(url, "watch", job_id, "--interval", "0").exit_code == 0
+    stub.blob_cut = True  # rows, then the connection ends: no outcome
+    target = tmp_path / "result.jsonl"
+    broke = jobs(url, "download", job_id, "--output", str(target))
+    assert broke.exit_code == 1 and "not written" in broke.stderr, broke.output
+    assert list(tmp_path.iterdir()) == []  # neither the file nor its temp file
+    nowhere = jobs(url, "download", job_id, "--output", str(tmp_path / "no" / "r.jsonl"))
+    assert nowhere.exit_code == 2 and "is not a directory" in nowhere.output
+    for bad in ("", "x" * 100_000, "job/../x"):
+        refused = jobs(url, "status", bad)
+        assert refused.exit_code == 2 and "job id" in refused.output, refused.output
+
+
 def test_jobs_start_quiet_prints_the_id_and_reuses_the_idempotency_key(url: str) -> None:
     first = jobs(url, "start", "-q", "--idempotency-key", "k-7", "SELECT job_forever")
     again = jobs(url, "start", "-q", "--idempotency-key", "k-7", "SELECT job_forever")
