@@ -72,6 +72,22 @@ def test_check_exits_3_on_a_corrupt_file_and_4_without_a_store(tmp_path: Path) -
     assert missing.exit_code == EXIT_UNAVAILABLE
 
 
+def test_a_corrupt_cas_file_is_listed_once(tmp_path: Path) -> None:
+    """The scan decodes CAS files and the CAS check verifies them: one bad file, one entry
+    (it was listed and counted twice)."""
+    store = tmp_path / "store"
+    runner = CliRunner()
+    assert runner.invoke(main, ["demo", "--store", str(store), "--executions", "5"]).exit_code == 0
+    victim = sorted(store.rglob("*.bamlvalue"))[0]
+    raw = bytearray(victim.read_bytes())
+    raw[10] ^= 0xFF
+    victim.write_bytes(bytes(raw))
+    result = runner.invoke(main, ["store", "check", "--store", str(store), "--format", "json"])
+    assert result.exit_code == EXIT_CORRUPT
+    corruptions = json.loads(result.output)["corruptions"]
+    assert [c["path"] for c in corruptions] == [str(victim)], corruptions
+
+
 def test_clean_removes_a_dot_baml_store(tmp_path: Path) -> None:
     store = tmp_path / ".baml" / "profiles-v1"
     runner = CliRunner()

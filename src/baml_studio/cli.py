@@ -137,9 +137,14 @@ def _scan_summary(root: Path) -> tuple[dict[str, Any], bool]:
         if execution.ended is None or execution.started is None:
             incomplete += 1
         statuses[execution.ended.status.name.lower() if execution.ended else "running"] += 1
+    by_path: dict[
+        str, tuple[str, str]
+    ] = {}  # the scan decodes CAS files too: a file check_cas also flags is listed once
+    for c in (*scan.corruptions, *cas.corruptions):
+        by_path.setdefault(str(c.path), (type(c.error).__name__, str(c.error)))
     corruptions = [
-        {"path": str(c.path), "error": type(c.error).__name__, "message": str(c.error)}
-        for c in (*scan.corruptions, *cas.corruptions)
+        {"path": path, "error": error, "message": message}
+        for path, (error, message) in by_path.items()
     ]
     summary = {
         "store": str(root),

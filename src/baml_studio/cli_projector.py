@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 import signal
 import threading
 from collections.abc import Callable
@@ -84,6 +85,7 @@ def compaction_hook(projector: Projector) -> Callable[[], object]:
     "--wait",
     "wait_s",
     type=click.FloatRange(0, 600),
+    callback=lambda _ctx, _param, value: _finite(value),
     default=None,
     help="Long-poll wait in seconds (default 10, or 1 with --once); a stop takes at most this.",
 )
@@ -208,3 +210,10 @@ def _on_stop_signals(stop: threading.Event) -> dict[signal.Signals, SignalHandle
         signal.signal(signum, signal.SIG_DFL)  # a second signal ends the process at once
 
     return {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+
+def _finite(value: float | None) -> float | None:
+    """``FloatRange`` lets ``nan`` through (no comparison is true of it)."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a number of seconds", param_hint="'--wait'")
+    return value
