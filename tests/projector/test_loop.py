@@ -344,6 +344,9 @@ def test_cli_errors_exit_with_the_documented_codes(tmp_path: Path) -> None:
     assert no_token.exit_code == 2 and "BAML_WORKLOAD_TOKEN" in no_token.output
     bad_workers = runner.invoke(projector_command, [*base, "--token", "t", "--workers", "0"])
     assert bad_workers.exit_code == 2
+    for wait in ("nan", "-1", "601"):
+        bad_wait = runner.invoke(projector_command, [*base, "--token", "t", "--wait", wait])
+        assert bad_wait.exit_code == 2 and "--wait" in bad_wait.output, bad_wait.output
     blocked = tmp_path / "file"
     blocked.write_text("not a directory")
     args = ["--data", str(blocked / "dp"), "--control-plane", "http://x:1", "--token", "t"]
