@@ -363,6 +363,54 @@ def test_root_ended_before_its_pack_is_pending_then_projected(
         assert_same_relations(ingest.projected_tables(), ingest.local_tables())
 
 
+def test_a_pending_message_comes_back_sooner_than_another_retry(
+    tmp_path: Path,
+    chdb_dsn: str,
+    fact_database: str,
+    workload_store: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the default schedules, a meta object pending on its pack is hidden for 1 s, not
+    the 5 s of another retry (the pack is usually a notification or two behind)."""
+    with ingest_path(
+        tmp_path, chdb_dsn, fact_database, workload_store, config=WorkerConfig()
+    ) as ingest:
+        queue = ingest.dataplane.queue
+        delays: list[float] = []
+        hide = queue.change_visibility
+        monkeypatch.setattr(
+            queue, "change_visibility", lambda receipt, s: (delays.append(s), hide(receipt, s))[1]
+        )
+        messages: list[Message] = []
+        while batch := queue.receive(max_messages=10):
+            messages.extend(batch)
+        metas = [m for m in messages if ".bamlmeta.zst" in m.body]
+        outcomes = [ingest.worker.handle(m) for m in metas]
+        assert "retry" in outcomes and ingest.worker.stats.pending == len(delays) > 0
+        assert set(delays) == {1}, delays
+
+
+def test_the_retry_schedules() -> None:
+    config = WorkerConfig()
+    assert [config.retry_delay_s(n) for n in range(1, 10)] == [
+        5,
+        15,
+        30,
+        60,
+        120,
+        300,
+        600,
+        600,
+        600,
+    ]
+    pending = [config.retry_delay_s(n, pending=True) for n in range(1, 10)]
+    assert pending == [1, 2, 4, 8, 15, 300, 600, 600, 600]
+    immediate = WorkerConfig(retry_backoff_s=(0,))  # never later than the general schedule
+    assert {immediate.retry_delay_s(n, pending=True) for n in range(1, 10)} == {0}
+    with pytest.raises(ValueError, match="retry_backoff_s"):
+        WorkerConfig(retry_backoff_s=())
+
+
 @pytest.mark.parametrize("named", [True, False], ids=["named", "unnamed"])
 def test_a_409_inactive_generation_refreshes_the_generation_and_resends_at_once(
     tmp_path: Path,

@@ -88,6 +88,12 @@ class WorkerConfig:
     retry_backoff_s: tuple[int, ...] = (5, 15, 30, 60, 120, 300, 600)
     """Visibility timeout before the n-th redelivery of a message left for a retry."""
 
+    pending_backoff_s: tuple[int, ...] = (1, 2, 4, 8, 15)
+    """For a message left pending on values not ingested yet (their pack is usually a
+    notification or two behind): the first redeliveries come this soon, each no later than
+    :attr:`retry_backoff_s` would have it; past this list, :attr:`retry_backoff_s`. A pending
+    meta object at the end of a burst used to wait 5 s for a pack that landed in 1."""
+
     partition_rows: int = 50_000
     """Rows per public batch."""
 
@@ -115,6 +121,17 @@ class WorkerConfig:
         for name in ("slice_executions", "slices_in_flight", "batch_concurrency"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not self.retry_backoff_s:
+            raise ValueError("retry_backoff_s needs at least one delay")
+
+    def retry_delay_s(self, receive_count: int, *, pending: bool = False) -> int:
+        """Seconds before the redelivery of a message received ``receive_count`` times."""
+        n = max(receive_count, 1) - 1
+        backoff = self.retry_backoff_s
+        delay = backoff[min(n, len(backoff) - 1)]
+        if pending and n < len(self.pending_backoff_s):
+            delay = min(delay, self.pending_backoff_s[n])
+        return delay
 
 
 @dataclass
@@ -188,7 +205,7 @@ class ProjectorWorker:
         except ValuesPending as exc:
             self.stats.pending += 1
             log.info("message %s pending: %s", message.id, exc)
-            return self._retry(message)
+            return self._retry(message, pending=True)
         except ControlPlaneAuthRefused as exc:  # the token or its scope, not the message
             log.error("message %s retried: workload token or scope refused: %s", message.id, exc)
             return self._retry(message)
@@ -219,10 +236,10 @@ class ProjectorWorker:
         self.stats.deleted += 1
         return "deleted"
 
-    def _retry(self, message: Message) -> Outcome:
-        backoff = self.config.retry_backoff_s
-        delay = backoff[min(message.receive_count - 1, len(backoff) - 1)]
-        self.queue.change_visibility(message.receipt, delay)
+    def _retry(self, message: Message, *, pending: bool = False) -> Outcome:
+        self.queue.change_visibility(message.receipt, self.config.retry_delay_s(
+            message.receive_count, pending=pending
+        ))  # fmt: skip
         self.stats.retried += 1
         return "retry"
 
