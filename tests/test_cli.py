@@ -113,3 +113,19 @@ def test_demo_of_1000_executions_is_whole(tmp_path: Path) -> None:
     assert summary["executions_missing_start_or_end"] == 0
     assert summary["corruptions"] == [] and len(summary["streams"]) == 2
     assert sum(summary["statuses"].values()) == 1000
+
+
+def test_demo_into_a_path_it_cannot_make_exits_4_and_a_report_nowhere_is_a_usage_error(
+    tmp_path: Path,
+) -> None:
+    blocker = tmp_path / "afile"
+    blocker.write_text("a file where the store's parent goes")
+    runner = CliRunner()
+    result = runner.invoke(main, ["demo", "--store", str(blocker / "x"), "--executions", "2"])
+    assert result.exit_code == 4 and "cannot run the workload" in result.output, result.output
+    store = tmp_path / "store"
+    report = tmp_path / "nodir" / "r.json"
+    args = ["demo", "--store", str(store), "--executions", "2", "--report", str(report)]
+    result = runner.invoke(main, args)
+    assert result.exit_code == 2 and "--report" in result.output, result.output
+    assert not store.exists()  # refused before the workload ran

@@ -94,9 +94,16 @@ def demo(store: Path, executions: int, processes: int, seed: int, report: Path |
 
     Example: baml-studio demo --store demo-store --executions 1000 --processes 2 --seed 7
     """
+    from baml_studio.format.errors import BamlStudioError
     from baml_studio.workload import run_workload
 
-    result = run_workload(store, executions=executions, processes=processes, seed=seed)
+    if report is not None and not report.parent.is_dir():
+        raise click.BadParameter(f"{report.parent} is not a directory", param_hint="'--report'")
+    try:
+        result = run_workload(store, executions=executions, processes=processes, seed=seed)
+    except (BamlStudioError, OSError) as exc:  # the store cannot be made or written
+        click.echo(f"error: cannot run the workload into {store}: {exc}", err=True)
+        sys.exit(EXIT_UNAVAILABLE)
     if report is not None:
         report.write_text(json.dumps(result.to_json(), indent=2) + "\n")
     by_status = Counter(e.status for e in result.executions)

@@ -3,7 +3,7 @@
 Exit codes: 0 shipped (``--once``: the flush completed; otherwise: stopped by Ctrl-C after a
 final flush); 1 the flush failed and should be retried (gateway unreachable, throttled, a PUT
 failed); 2 usage error; 3 the token was refused (401/403); 4 the flush finished with reported
-problems (a segment or pack conflict, or a blocked plane).
+problems (a segment or pack conflict, or a blocked plane), or the store cannot be read.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from baml_studio.cli_tokens import header_text, token_or_file
+from baml_studio.format.errors import BamlStudioError
 from baml_studio.publisher import GatewayAuthError, Publisher, PublisherError, PublisherSettings
 from baml_studio.tokenfile import TokenFile
 
@@ -61,6 +62,8 @@ def publish(
             raise _failure(f"token refused (401/403): {exc}", EXIT_AUTH) from exc
         except PublisherError as exc:
             raise _failure(f"flush failed, retry later: {exc}", EXIT_RETRY) from exc
+        except (OSError, BamlStudioError) as exc:  # the store itself (a file where a dir goes)
+            raise _failure(f"the store cannot be read: {exc}", EXIT_PROBLEMS) from exc
         click.echo(
             f"flush {report.flush_id}: {len(report.uploaded)} uploaded, {len(report.stored)} "
             f"already stored, {len(report.conflicts)} conflicts, {report.original_bytes} bytes"

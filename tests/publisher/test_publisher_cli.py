@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -44,3 +45,16 @@ def test_publish_once_with_a_token_file(
     ]:
         refused = CliRunner().invoke(publish, [*args, *extra], env=unset)
         assert refused.exit_code == 2 and says in refused.output, (extra, refused.output)
+
+
+def test_a_store_that_cannot_be_read_exits_4_with_the_reason(
+    fake_env: FakeEnv, demo_store: Path
+) -> None:
+    """A file where the store's streams directory goes: exit 4 and the reason (it was a
+    NotADirectoryError traceback, exit 1)."""
+    shutil.rmtree(demo_store / "streams")
+    (demo_store / "streams").write_text("not a directory")
+    args = ["--store", str(demo_store), "--gateway", fake_env.url, "--once", "--token", TOKEN]
+    result = CliRunner().invoke(publish, args)
+    assert result.exit_code == 4, result.output
+    assert "the store cannot be read" in result.output, result.output
