@@ -381,10 +381,7 @@ def test_a_pending_message_comes_back_sooner_than_another_retry(
         monkeypatch.setattr(
             queue, "change_visibility", lambda receipt, s: (delays.append(s), hide(receipt, s))[1]
         )
-        messages: list[Message] = []
-        while batch := queue.receive(max_messages=10):
-            messages.extend(batch)
-        metas = [m for m in messages if ".bamlmeta.zst" in m.body]
+        metas = [m for m in receive_all(queue) if ".bamlmeta.zst" in m.body]
         outcomes = [ingest.worker.handle(m) for m in metas]
         assert "retry" in outcomes and ingest.worker.stats.pending == len(delays) > 0
         assert set(delays) == {1}, delays
