@@ -98,6 +98,15 @@ def test_clean_removes_a_dot_baml_store(tmp_path: Path) -> None:
     assert (tmp_path / ".baml" / ".gitignore").read_text().splitlines() == ["*"]
 
 
+def test_clean_of_a_store_not_named_dot_baml_profiles_v1_is_a_usage_error(tmp_path: Path) -> None:
+    store = tmp_path / "demo-store"
+    runner = CliRunner()
+    assert runner.invoke(main, ["demo", "--store", str(store), "--executions", "2"]).exit_code == 0
+    result = runner.invoke(main, ["store", "clean", "--store", str(store)])
+    assert result.exit_code == 2 and "--store" in result.output, result.output  # was 4
+    assert store.is_dir()
+
+
 def test_demo_of_1000_executions_is_whole(tmp_path: Path) -> None:
     """The issue's bar: exactly 1,000 executions, each started and ended, every file intact."""
     store = tmp_path / "store"

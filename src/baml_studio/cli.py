@@ -35,6 +35,7 @@ from baml_studio.cli_up import up as up_command
 from baml_studio.format.ids import euid_hex
 from baml_studio.store import StoreError, StoreInUse, StoreReader, clean_profiles_v1
 from baml_studio.store.config import resolve_store_root
+from baml_studio.store.errors import InvalidStoreRoot
 
 EXIT_CORRUPT = 3
 EXIT_UNAVAILABLE = 4
@@ -221,6 +222,8 @@ def store_clean(store: Path | None) -> None:
     root = _store_root(store)
     try:
         clean_profiles_v1(root)
+    except InvalidStoreRoot as exc:  # only a directory named .baml/profiles-v1 is removed
+        raise click.BadParameter(str(exc), param_hint="'--store'") from exc
     except StoreInUse as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_UNAVAILABLE)

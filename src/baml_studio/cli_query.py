@@ -298,9 +298,13 @@ def _dispatch(
     if show_schema:
         document = engine.schema_document(internal=internal)
         if table_name is not None:
-            document["relations"] = [
-                r for r in document["relations"] if table_name in (r["name"], r["alias"])
-            ]
+            known = document["relations"]
+            document["relations"] = [r for r in known if table_name in (r["name"], r["alias"])]
+            if not document["relations"]:
+                names = ", ".join(sorted(r["alias"] or r["name"] for r in known))
+                raise click.BadParameter(
+                    f"no relation {table_name!r}; the relations: {names}", param_hint="'--table'"
+                )
         click.echo(json.dumps(document, indent=2))
         return
     if sql is None:
@@ -416,7 +420,7 @@ def remote_failure(exc: CoordinatorClientError) -> int:
         click.echo(f"error: {exc.message} ({exc.code})", err=True)
         return 2 if exc.code == "invalid_sql" or exc.status == 400 else 5
     if isinstance(exc, CoordinatorUnavailable):
-        click.echo(f"error: the coordinator did not answer: {exc}", err=True)
+        click.echo(f"error: the data plane did not answer: {exc}", err=True)
         return 5
     click.echo(f"error: {exc}", err=True)
     return 5

@@ -252,3 +252,18 @@ def test_local_budgets_of_zero_and_an_unreadable_store_are_clean_errors(tmp_path
     )
     assert result.exit_code == 5 and "cannot be read" in result.output, result.output
     assert isinstance(result.exception, SystemExit), result.exception  # no traceback
+
+
+def test_schema_of_an_unknown_table_is_a_usage_error_naming_the_relations(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from baml_studio.cli import main
+
+    store = tmp_path / "store"
+    (store / "streams").mkdir(parents=True)
+    args = ["query", "--store", str(store), "--schema", "--table"]
+    result = CliRunner().invoke(main, [*args, "nope"])
+    assert result.exit_code == 2 and "no relation 'nope'" in result.output, result.output
+    assert "calls" in result.output
+    found = CliRunner().invoke(main, [*args, "calls"])
+    assert found.exit_code == 0 and len(json.loads(found.output)["relations"]) == 1
