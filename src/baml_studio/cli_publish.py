@@ -61,6 +61,9 @@ def publish(
         except GatewayAuthError as exc:
             raise _failure(f"token refused (401/403): {exc}", EXIT_AUTH) from exc
         except PublisherError as exc:
+            if getattr(exc, "status", None) == 404:  # no such route: the URL, not the moment
+                hint = f"; is --gateway {gateway} the data plane's base URL?"
+                raise _failure(f"flush failed: {exc}{hint}", EXIT_RETRY) from exc
             raise _failure(f"flush failed, retry later: {exc}", EXIT_RETRY) from exc
         except (OSError, BamlStudioError) as exc:  # the store itself (a file where a dir goes)
             raise _failure(f"the store cannot be read: {exc}", EXIT_PROBLEMS) from exc

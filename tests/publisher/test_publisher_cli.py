@@ -58,3 +58,16 @@ def test_a_store_that_cannot_be_read_exits_4_with_the_reason(
     result = CliRunner().invoke(publish, args)
     assert result.exit_code == 4, result.output
     assert "the store cannot be read" in result.output, result.output
+
+
+def test_a_gateway_url_with_a_wrong_path_says_to_check_it(
+    fake_env: FakeEnv, demo_store: Path
+) -> None:
+    """A 404 is not a moment to wait out: the message names --gateway (exit 1, as documented
+    for a failed flush)."""
+    wrong = fake_env.url + "/sub/path"
+    args = ["--store", str(demo_store), "--gateway", wrong, "--once", "--token", TOKEN]
+    result = CliRunner().invoke(publish, args)
+    assert result.exit_code == 1, result.output
+    assert f"is --gateway {wrong} the data plane's base URL?" in result.output, result.output
+    assert "retry later" not in result.output
