@@ -40,8 +40,6 @@ from baml_studio.gateway.errors import KeyringError
 from baml_studio.gateway.service import DataplaneConfig, load_dataplane_config
 from baml_studio.gateway.tokens import MAX_TTL_SECONDS, KeyRingFile, mint_publisher_token
 from baml_studio.objectstore.errors import InvalidArgument as ObjectStoreInvalidArgument
-from baml_studio.objectstore.errors import ObjectStoreError
-from baml_studio.queue.errors import QueueError
 from baml_studio.servergc import tune_for_serving
 from baml_studio.serving import ServeFailed, serve_until_signalled
 
@@ -190,7 +188,7 @@ def serve_dataplane(
         raise SystemExit(EXIT_UNAVAILABLE if exc.transient else EXIT_REFUSED) from exc
     except (ValueError, ObjectStoreInvalidArgument) as exc:  # a value in dataplane.json
         raise click.UsageError(f"dataplane configuration: {exc}") from exc
-    except (QueueError, ObjectStoreError, BamlStudioError) as exc:  # a file under DATA
+    except BamlStudioError as exc:  # a file under DATA: the queue's, the bucket's
         click.echo(f"error: data directory {data} is unusable: {exc}", err=True)
         raise SystemExit(EXIT_UNAVAILABLE) from exc
     if token is not None:

@@ -98,7 +98,8 @@ def _job_id(ctx: click.Context, param: click.Parameter, value: str) -> str:
         raise click.BadParameter(
             f"a job id is 1-{MAX_JOB_ID} characters without '/', e.g. job_01J…"
         )
-    return header_text(ctx, param, value) or value
+    header_text(ctx, param, value)
+    return value
 
 
 def _print_job(job: dict[str, Any]) -> None:

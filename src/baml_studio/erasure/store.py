@@ -123,18 +123,23 @@ def rfc3339_at(t: float) -> str:
     return rfc3339(datetime.fromtimestamp(t, UTC))
 
 
-def _streams(row: tuple[Any, ...]) -> list[str]:
-    streams = json.loads(row[0])
+def _streams(text: Any) -> list[str]:
+    """The ``streams`` column: a JSON list of euids."""
+    streams = json.loads(text)
     if not isinstance(streams, list) or not all(isinstance(s, str) for s in streams):
-        raise TypeError(f"streams is not a list of text: {row[0]!r:.60}")
+        raise TypeError(f"streams is not a list of text: {text!r:.60}")
     return streams
+
+
+def _streams_of(row: tuple[Any, ...]) -> list[str]:
+    return _streams(row[0])
 
 
 def _streams_and_plan(row: tuple[Any, ...]) -> tuple[list[str], dict[str, Any]]:
     plan = json.loads(row[1])
     if not isinstance(plan, dict):
         raise TypeError(f"plan is not an object: {row[1]!r:.60}")
-    return _streams(row), plan
+    return _streams(row[0]), plan
 
 
 def _record(row: tuple[Any, ...]) -> ErasureRecord:
@@ -154,7 +159,7 @@ def _record(row: tuple[Any, ...]) -> ErasureRecord:
         row[5],
         row[6],
         row[7],
-        tuple(_streams((row[8],))),
+        tuple(_streams(row[8])),
         plan,
         int(row[10]),
         int(row[11]),
@@ -210,7 +215,7 @@ class ErasureStore:
             (scope.tenant, scope.project, scope.environment),
         )
         # a damaged row fails the call: leaving its streams out would let them be projected again
-        return {euid for row in rows for euid in self._db.decoded(_streams, row)}
+        return {euid for row in rows for euid in self._db.decoded(_streams_of, row)}
 
     def earlier_plans(self, scope: Scope, streams: Iterable[str]) -> list[dict[str, Any]]:
         """The plans of earlier erasures of ``scope`` that erased any of ``streams`` (their

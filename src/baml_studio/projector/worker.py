@@ -206,12 +206,12 @@ class ProjectorWorker:
             self.stats.pending += 1
             log.info("message %s pending: %s", message.id, exc)
             return self._retry(message, pending=True)
-        except ControlPlaneAuthRefused as exc:  # the token or its scope, not the message
-            log.error("message %s retried: workload token or scope refused: %s", message.id, exc)
-            return self._retry(message)
-        except ControlPlaneNotFound as exc:  # the control plane's URL, not the message
+        except (ControlPlaneAuthRefused, ControlPlaneNotFound) as exc:  # not the message
             log.error(
-                "message %s retried: the control plane has no such route: %s", message.id, exc
+                "message %s retried: the control plane refused this projector's token, scope "
+                "or URL: %s",
+                message.id,
+                exc,
             )
             return self._retry(message)
         except ProjectorError as exc:
