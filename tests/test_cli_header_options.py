@@ -35,9 +35,9 @@ def commands(tmp_path: Path, bad: str) -> list[tuple[list[str], dict[str, str | 
          "--idempotency-key"),
         (["publish", "--store", str(tmp_path), "--gateway", NOWHERE, "--token", bad, "--once"],
          {}, "--token"),
-        (["projector", "--data", str(tmp_path / "dp"), "--control-plane", NOWHERE, "--token",
+        (["projector", "--data", str(tmp_path), "--control-plane", NOWHERE, "--token",
           bad, "--once"], {}, "--token"),
-        (["projector", "--data", str(tmp_path / "dp"), "--control-plane", NOWHERE, "--once"],
+        (["projector", "--data", str(tmp_path), "--control-plane", NOWHERE, "--once"],
          {"BAML_WORKLOAD_TOKEN": bad}, "BAML_WORKLOAD_TOKEN"),
     ]  # fmt: skip
 

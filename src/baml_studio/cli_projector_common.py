@@ -106,9 +106,9 @@ def projector_options(command: Command) -> Command:
         ),
         click.option(
             "--data",
-            type=click.Path(path_type=Path, file_okay=False),
+            type=click.Path(path_type=Path, file_okay=False, exists=True),
             required=True,
-            help="The data-plane directory (as for serve dataplane).",
+            help="The data-plane directory (as for serve dataplane, which creates it).",
         ),
     ):
         run = option(run)

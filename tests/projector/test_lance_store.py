@@ -595,8 +595,9 @@ def test_the_cli_refuses_a_dataset_root_before_doing_anything(tmp_path: Path) ->
 
     from baml_studio.cli import main
 
+    (tmp_path / "dp").mkdir()
     args = ["projector", "--data", str(tmp_path / "dp"), "--control-plane", "http://127.0.0.1:9",
             "--token", "t", "--derived", "garbage://x", "--once"]  # fmt: skip
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2 and "garbage://x" in result.output, result.output
-    assert not (tmp_path / "dp").exists()
+    assert list((tmp_path / "dp").iterdir()) == []

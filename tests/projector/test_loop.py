@@ -311,6 +311,7 @@ def test_sigterm_stops_the_service_cleanly(tmp_path: Path, processes: int) -> No
     """SIGTERM stops every process: with helpers, the last one's pid is read from its start
     line, and it is gone once this one has exited (joined, not left running)."""
     code = "from baml_studio.cli_projector import projector_command; projector_command()"
+    (tmp_path / "dp").mkdir()
     args = ["--data", str(tmp_path / "dp"), "--control-plane", closed_port_url(), "--wait", "0.2"]
     env = {**os.environ, "BAML_WORKLOAD_TOKEN": "token"}
     up = "SIGTERM or Ctrl-C to stop" if processes == 1 else f"process {processes - 1} started"
@@ -339,6 +340,11 @@ def test_sigterm_stops_the_service_cleanly(tmp_path: Path, processes: int) -> No
 
 def test_cli_errors_exit_with_the_documented_codes(tmp_path: Path) -> None:
     runner = CliRunner()
+    missing = ["--data", str(tmp_path / "typo"), "--control-plane", closed_port_url()]
+    no_data = runner.invoke(projector_command, [*missing, "--token", "t", "--once"])
+    assert no_data.exit_code == 2 and "does not exist" in no_data.output, no_data.output
+    assert not (tmp_path / "typo").exists()  # a typo no longer starts an empty data plane
+    (tmp_path / "dp").mkdir()
     base = ["--data", str(tmp_path / "dp"), "--control-plane", closed_port_url()]
     no_token = runner.invoke(projector_command, [*base, "--once"], env={"BAML_WORKLOAD_TOKEN": ""})
     assert no_token.exit_code == 2 and "BAML_WORKLOAD_TOKEN" in no_token.output
@@ -347,9 +353,8 @@ def test_cli_errors_exit_with_the_documented_codes(tmp_path: Path) -> None:
     for wait in ("nan", "-1", "601"):
         bad_wait = runner.invoke(projector_command, [*base, "--token", "t", "--wait", wait])
         assert bad_wait.exit_code == 2 and "--wait" in bad_wait.output, bad_wait.output
-    blocked = tmp_path / "file"
-    blocked.write_text("not a directory")
-    args = ["--data", str(blocked / "dp"), "--control-plane", "http://x:1", "--token", "t"]
+    (tmp_path / "dp" / "buckets").write_text("a file where the buckets go")
+    args = [*base, "--token", "t"]
     unavailable = runner.invoke(projector_command, [*args, "--once"])
     assert unavailable.exit_code == 4, unavailable.output
     assert "Example" in (projector_command.help or "")
@@ -381,6 +386,7 @@ def test_sweep_hook_sweeps_every_scope_and_reports_a_failed_one(
 
 def test_token_usage_errors_exit_2_before_anything_opens(tmp_path: Path) -> None:
     data = tmp_path / "dataplane"
+    data.mkdir()
     base = ["--data", str(data), "--control-plane", "http://127.0.0.1:9", "--once"]
     (tmp_path / "blank.token").write_text("\n")
     cases = [
@@ -397,4 +403,4 @@ def test_token_usage_errors_exit_2_before_anything_opens(tmp_path: Path) -> None
         result = CliRunner().invoke(projector_command, [*base, *extra], env={**unset, **env})
         assert result.exit_code == 2, (extra, result.output)
         assert says in result.output, (extra, result.output)
-    assert not data.exists()
+    assert list(data.iterdir()) == []

@@ -138,6 +138,7 @@ def test_a_helper_that_dies_is_started_again_and_stopped_at_the_end(
 def test_cli_refuses_a_bad_process_count_and_processes_on_an_object_store(
     tmp_path: Path,
 ) -> None:
+    (tmp_path / "dp").mkdir()
     base = ["--data", str(tmp_path / "dp"), "--control-plane", closed_port_url(), "--token", "t"]
     result = CliRunner().invoke(projector_command, [*base, "--processes", "0"])
     assert result.exit_code == 2
@@ -193,6 +194,7 @@ def test_the_cli_serves_with_the_servers_collector_settings_and_restores_them(
 
     monkeypatch.setattr(loop, "run_projector", run_projector)
     before = (gc.get_freeze_count(), *gc.get_threshold())
+    (tmp_path / "dp").mkdir()
     base = ["--data", str(tmp_path / "dp"), "--control-plane", closed_port_url(), "--token", "t"]
     result = CliRunner().invoke(projector_command, [*base, "--once"])
     assert result.exit_code == 0, result.output
