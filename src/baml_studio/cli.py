@@ -1,11 +1,13 @@
 """The ``baml-studio`` command: a thin shell over the library.
 
-Exit codes (every command except ``query``, whose codes are in :mod:`baml_studio.cli_query`):
+Exit codes (``query`` and ``jobs`` have their own, in :mod:`baml_studio.cli_query`; ``publish``,
+``erase``, ``setup s3-notifications`` and ``admin`` give 1, 3 and 5 meanings of their own, in
+their modules):
     0  success
     1  an unexpected internal error
     2  usage error (bad option or argument)
     3  the store holds corrupt or unreadable files (``store check``)
-    4  the store is in use or unavailable
+    4  a store, queue, port or service the command needs is in use or unavailable
 """
 
 from __future__ import annotations
