@@ -98,6 +98,15 @@ def test_caps_apply_when_the_caller_sets_none(chdb_dsn: str, fact_database: str)
         ("INSERT INTO {calls} SELECT * FROM {calls}", "READONLY"),
         ("SELECT 1 SETTINGS readonly = 0", "READONLY"),
         ("DROP TABLE {calls}", "READONLY"),
+        # values the query computes: the same query fails the same way (was a retryable 503)
+        ("SELECT intDiv(1, 0)", "ILLEGAL_DIVISION"),
+        ("SELECT 1 LIMIT 18446744073709551616", "INVALID_LIMIT_EXPRESSION"),
+        ("SELECT toInt64('abc')", "CANNOT_PARSE_TEXT"),
+        ("SELECT toDate('x')", "CANNOT_PARSE_DATE"),
+        ("SELECT CAST('x' AS UUID)", "CANNOT_PARSE_UUID"),
+        ("SELECT throwIf(1)", "FUNCTION_THROW_IF_VALUE_IS_NON_ZERO"),
+        ("SELECT repeat('x', 10000000000)", "TOO_LARGE_STRING_SIZE"),
+        ("SELECT toDecimal32(1e20, 2)", "DECIMAL_OVERFLOW"),
     ],
 )
 def test_bad_sql_is_rejected(store: FactStore, sql: str, clickhouse_error: str) -> None:

@@ -281,3 +281,74 @@ def test_losing_the_read_cache_changes_nothing_but_latency(
     shutil.rmtree(rig.coordinator.config.cache_dir or "", ignore_errors=True)
     third, outcome = _lines(_post(http, _body(sql)))
     assert first == second == third and outcome["resultState"] == "complete"
+
+
+@pytest.mark.parametrize("terms", [200, 1000])
+def test_a_long_chain_of_ors_is_answered_as_locally(
+    served: tuple[CoordinatorRig, Served], terms: int
+) -> None:
+    """200 ORs recursed past Python's limit in the pruning of the query's shape, and the
+    stream ended without its outcome."""
+    rig, http = served
+    names = ["ScoreCustomer", *(f"nope{i}" for i in range(terms - 1))]
+    where = " OR ".join(f"fqn = '{n}'" for n in names)
+    listed = f"SELECT call_id, args FROM calls WHERE ({where}) ORDER BY call_id LIMIT 5"
+    for sql in (f"SELECT count(*) AS n FROM calls WHERE {where}", listed):
+        rows, outcome = _lines(_post(http, _body(sql)))
+        assert outcome["resultState"] == "complete", outcome
+        assert rows == rig.local(sql).rows and rows
+
+
+def test_budgets_past_int64_are_no_bound(served: tuple[CoordinatorRig, Served]) -> None:
+    """openapi.yaml sets no maximum: 2**64 rows became a LIMIT ClickHouse refused (a
+    retryable dependency_unavailable)."""
+    rig, http = served
+    sql = "SELECT fqn, count(*) AS n FROM calls GROUP BY fqn ORDER BY fqn"
+    huge = {name: 2**64 for name in ("max_result_rows", "max_result_bytes",
+                                     "max_private_bytes_read")}  # fmt: skip
+    rows, outcome = _lines(_post(http, _body(sql, max_wall_ms=HUGE, **huge)))
+    assert outcome["resultState"] == "complete", outcome
+    assert rows == rig.local(sql).rows
+
+
+def test_a_failure_inside_the_coordinator_still_ends_with_a_typed_outcome(
+    served: tuple[CoordinatorRig, Served], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from baml_studio.coordinator import execute
+
+    def broken(query: Any) -> Any:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(execute, "query_shape", broken)
+    response = _post(http := served[1], _body("SELECT count(*) AS n FROM calls"))
+    rows, outcome = _lines(response)
+    assert rows == [] and outcome["resultState"] == "failed"
+    assert outcome["error"]["code"] == "internal" and "RuntimeError" in outcome["error"]["message"]
+    assert "a bug" not in response.text
+    monkeypatch.undo()
+    rows, outcome = _lines(_post(http, _body("SELECT count(*) AS n FROM calls")))
+    assert outcome["resultState"] == "complete" and rows[0]["n"] > 0
+
+
+def test_a_job_whose_sql_cannot_run_is_refused_before_it_is_queued(
+    served: tuple[CoordinatorRig, Served],
+) -> None:
+    """openapi.yaml: the coordinator "validates and plans the SQL" before it returns a job id
+    (these were 202, and the job failed later)."""
+    _, http = served
+    headers = {"Authorization": f"Bearer {http.token}"}
+    before = len(http.runs)
+    grouped = "SELECT call_id FROM calls WHERE args['x'] = 1 GROUP BY nope"
+    for sql in ("DROP TABLE calls", "SELEC FROM", "SELECT nope FROM calls",
+                "SELECT * FROM processes", "SELECT call_id FROM calls WHERE fqn = 1 +",
+                grouped, DEEP % 1):  # fmt: skip
+        response = httpx.post(f"{http.url}/v1/query-jobs", json=_body(sql), headers=headers)
+        assert response.status_code == 400, (sql, response.text)
+        assert response.json()["error"]["code"] == "invalid_sql", response.text
+    assert len(http.runs) == before  # nothing was started, nothing queued
+    for sql in ("SELECT call_id, args['customer']['age'] AS age FROM calls ORDER BY 1 LIMIT 3",
+                "SELECT call_id FROM calls WHERE output = baml_value_json('{\"a\": 1}')",
+                "SELECT * FROM hot_call_paths LIMIT 2", "SHOW TABLES",
+                "EXPLAIN SELECT count(*) FROM errors", "DESCRIBE calls"):  # fmt: skip
+        response = httpx.post(f"{http.url}/v1/query-jobs", json=_body(sql), headers=headers)
+        assert response.status_code == 202, (sql, response.text)

@@ -46,6 +46,33 @@ def test_the_largest_float64_binds() -> None:
     assert bind("SELECT $1", [("float64", 2**1023)]) == f"SELECT {float(2**1023)!r}"
 
 
+@pytest.mark.parametrize(
+    ("kind", "value"),
+    [("int64", 2**63), ("int64", -(2**63) - 1), ("integer", 2**70), ("uint64", 2**64),
+     ("uint64", -1), ("timestamp", "9999-12-31T23:59:59Z"), ("timestamp", "1800-01-01T00:00:00Z"),
+     ("timestamp", "2262-04-11T00:00:00+00:00")],
+)  # fmt: skip
+def test_a_value_outside_its_types_range_is_a_400_as_on_the_resident_api(
+    kind: str, value: object
+) -> None:
+    """An int64 past its range came back as a float, a timestamp past 2262 as NULL."""
+    with pytest.raises(BadRequest) as caught:
+        bind("SELECT $1", [(kind, value)])
+    assert caught.value.status == 400 and caught.value.code == "invalid_parameter"
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "sql"),
+    [("int64", 2**63 - 1, "SELECT 9223372036854775807"),
+     ("int64", -(2**63), "SELECT -9223372036854775808"),
+     ("uint64", 2**64 - 1, "SELECT 18446744073709551615"),
+     ("timestamp", "2262-04-10T23:59:59Z", "SELECT CAST('2262-04-10 23:59:59' AS TIMESTAMP)"),
+     ("timestamp", "1900-01-01T01:00:00+01:00", "SELECT CAST('1900-01-01 00:00:00' AS TIMESTAMP)")],
+)  # fmt: skip
+def test_the_ends_of_each_range_bind(kind: str, value: object, sql: str) -> None:
+    assert bind("SELECT $1", [(kind, value)]) == sql
+
+
 def test_sql_nested_too_deeply_with_parameters_is_a_400() -> None:
     with pytest.raises(BadRequest) as caught:
         bind(DEEP, [("int64", 1)])

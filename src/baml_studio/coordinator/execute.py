@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 import pyarrow as pa
 from sqlglot import exp
 
-from baml_studio.apierrors import ApiError
+from baml_studio.apierrors import ApiError, BadRequest
 from baml_studio.catalog.source import CatalogSource
 from baml_studio.coordinator.errors import QueryTooCostly
 from baml_studio.coordinator.run import (
@@ -147,6 +147,11 @@ class Run:
                     yield self._end(DependencyUnavailable(str(exc), "retry"))
                     return
             yield from self._lines()
+        except Exception as exc:  # a bug: the stream still ends with its one typed outcome
+            log.exception("query failed inside the coordinator")
+            if self._outcome is None:
+                failed = InternalQueryError(f"the coordinator failed ({type(exc).__name__})")
+                yield self._end(failed)
         finally:
             if self._outcome is None:  # the consumer went away (a closed connection)
                 self._set_outcome(
@@ -446,6 +451,19 @@ def _planner_locked() -> SessionContext:
     if _PLANNER is None:
         _PLANNER = build_session({}, internal=False, functions=[])
     return _PLANNER
+
+
+def check_sql(text: str) -> None:
+    """400 ``invalid_sql`` for SQL the engine would not run (syntax, statement kind, unknown
+    relation or column, types): a background job's SQL is checked before it is queued, as
+    openapi.yaml's ``createQueryJob`` says ("validates and plans the SQL")."""
+    try:
+        QueryEngine(cast(CatalogSource, _NoValues())).check(text)
+    except InvalidSql as exc:
+        remedy = f" ({exc.remedy})" if exc.remedy else ""
+        raise BadRequest(f"{exc}{remedy}", code="invalid_sql") from exc
+    except Exception:  # a bug of the check: the job's run words what is wrong, if anything
+        log.exception("checking a background job's SQL failed; queued unchecked")
 
 
 def _engine_schema(text: str) -> pa.Schema:

@@ -18,6 +18,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from baml_studio.apierrors import BadRequest
+from baml_studio.control.resident_params import INT64, TIMESTAMP_RANGE, UINT64
 from baml_studio.wirenumbers import finite_float
 
 DIALECT = "postgres"
@@ -95,8 +96,9 @@ def literal(position: int, kind: str, value: Any) -> exp.Expr:
     if name in _STRING and isinstance(value, str):
         return exp.Literal.string(value)
     if name in _INT and isinstance(value, int) and not isinstance(value, bool):
-        if name == "uint64" and value < 0:
-            raise _bad(position, kind, value)
+        low, high = UINT64 if name == "uint64" else INT64
+        if not low <= value <= high:  # as the resident API: a wider one became a float
+            raise _bad(position, kind, value, f" (an integer in [{low}, {high}])")
         return exp.Literal.number(value)
     if name in _FLOAT and isinstance(value, int | float) and not isinstance(value, bool):
         number = finite_float(value)  # None for a JSON integer past the float range too
@@ -110,8 +112,10 @@ def literal(position: int, kind: str, value: Any) -> exp.Expr:
             moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
             raise _bad(position, kind, value) from None
-        if moment.tzinfo is not None:
-            moment = moment.astimezone(UTC).replace(tzinfo=None)
+        moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+        if not TIMESTAMP_RANGE[0] <= moment < TIMESTAMP_RANGE[1]:  # a later one became NULL
+            raise _bad(position, kind, value, " (a timestamp between 1900-01-01 and 2262-04-11)")
+        moment = moment.replace(tzinfo=None)
         return exp.cast(exp.Literal.string(moment.isoformat(sep=" ")), "TIMESTAMP")
     raise _bad(position, kind, value)
 

@@ -24,6 +24,9 @@ QUERY_FIELDS = frozenset(
     {"sql", "parameters", "catalog_version", "budget", "mode", "environment_id"}
 )
 BUDGET_FIELDS = ("max_wall_ms", "max_result_rows", "max_result_bytes", "max_private_bytes_read")
+BUDGET_CEILING = 2**62
+"""A budget above this is no bound at all, and is taken as this: openapi.yaml sets no maximum,
+and a larger one (``max_result_rows`` 2**64) became a LIMIT ClickHouse cannot represent."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +98,7 @@ class QueryRequest:
             sql,
             tuple(bound),
             version,
-            RequestBudget(*(int(budget[name]) for name in BUDGET_FIELDS)),
+            RequestBudget(*(min(int(budget[name]), BUDGET_CEILING) for name in BUDGET_FIELDS)),
             mode,
             environment,
         )

@@ -24,7 +24,7 @@ from baml_studio.control.schemas import CATALOG_VERSIONS
 from baml_studio.coordinator.auth import UserTokenAuth
 from baml_studio.coordinator.cache import ReadCache
 from baml_studio.coordinator.config import CoordinatorConfig
-from baml_studio.coordinator.execute import Run, warm_planner
+from baml_studio.coordinator.execute import Run, check_sql, warm_planner
 from baml_studio.coordinator.params import bind
 from baml_studio.coordinator.run import Mode, QueryRequest
 from baml_studio.coordinator.shared import SharedCaches
@@ -87,6 +87,8 @@ class Coordinator:
             )
         scope = UserTokenAuth.scope_for(identity, request.environment_id)
         sql = bind(request.sql, request.parameters)
+        if mode == "background":
+            check_sql(sql)
         request = self.capped(request, mode)
         snapshot = self.bind(
             scope, request.catalog_version, hold_s=request.budget.max_wall_ms / 1000

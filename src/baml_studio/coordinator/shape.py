@@ -221,9 +221,15 @@ def _prunable(scope: Scope, table: exp.Table, node: exp.Expr, public: set[str]) 
     if isinstance(node, exp.Paren):
         return _prunable(scope, table, node.this, public)
     if isinstance(node, exp.Or):
-        left = _prunable(scope, table, node.this, public)
-        right = _prunable(scope, table, node.expression, public)
-        return exp.or_(left, right) if left is not None and right is not None else None
+        # the disjuncts of a chain of ORs, by a walk that does not recurse (a chain of 200
+        # ORs, one node each, recursed past Python's limit)
+        disjuncts = []
+        for term in node.flatten():
+            kept = _prunable(scope, table, term, public)
+            if kept is None:
+                return None
+            disjuncts.append(kept)
+        return exp.or_(*disjuncts)
     if not isinstance(node, _PREDICATES):
         return None
     if isinstance(node, exp.In) and node.args.get("query") is not None:

@@ -124,6 +124,19 @@ class QueryEngine:
             lines.extend("  " + line for line in str(row["plan"]).rstrip().splitlines())
         return "\n".join(lines)
 
+    def check(self, sql_text: str, *, internal: bool = False) -> None:
+        """Raise :class:`~baml_studio.query.errors.QueryError` for SQL this engine would not
+        run: admitted, rewritten and planned over empty tables, as :meth:`execute` plans it;
+        nothing is folded or read (a background job's SQL is checked before it is queued)."""
+        statement = _with_view_order(admit(sql_text, internal=internal))
+        final, _, _ = _translate(statement, internal, False)
+        resolver = ValueResolver(self._source, self._budgets, float("inf"), self._clock)
+        ctx = build_session({}, internal=internal, functions=build_udfs(resolver))
+        try:
+            sql(ctx, final)
+        except Exception as exc:  # DataFusion planning errors are ValueError/Exception
+            raise _planning_error(exc, internal) from exc
+
     def schema_document(self, internal: bool = False) -> dict[str, object]:
         """The ``--schema`` JSON document (reference facts §5.8)."""
         return schema_document(self._snapshot(), internal)

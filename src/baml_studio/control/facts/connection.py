@@ -40,26 +40,48 @@ BUDGET_CODES: dict[int, str] = {
 """Limit errors, with the setting that usually raised them (the message may name it)."""
 
 REJECTED_CODES: dict[int, str] = {
+    6: "CANNOT_PARSE_TEXT",
     16: "NO_SUCH_COLUMN_IN_TABLE",
     36: "BAD_ARGUMENTS",
+    38: "CANNOT_PARSE_DATE",
+    41: "CANNOT_PARSE_DATETIME",
     42: "NUMBER_OF_ARGUMENTS_DOESNT_MATCH",
     43: "ILLEGAL_TYPE_OF_ARGUMENT",
     44: "ILLEGAL_COLUMN",
     46: "UNKNOWN_FUNCTION",
     47: "UNKNOWN_IDENTIFIER",
+    50: "UNKNOWN_TYPE",
     53: "TYPE_MISMATCH",
     60: "UNKNOWN_TABLE",
     62: "SYNTAX_ERROR",
+    69: "ARGUMENT_OUT_OF_BOUND",
+    70: "CANNOT_CONVERT_TYPE",
+    72: "CANNOT_PARSE_NUMBER",
     81: "UNKNOWN_DATABASE",
     115: "UNKNOWN_SETTING",
+    117: "INCORRECT_DATA",
+    131: "TOO_LARGE_STRING_SIZE",
+    153: "ILLEGAL_DIVISION",
     164: "READONLY",
+    167: "TOO_DEEP_AST",
+    168: "TOO_BIG_AST",
     179: "MULTIPLE_EXPRESSIONS_FOR_ALIAS",
     184: "ILLEGAL_AGGREGATION",
+    190: "SIZES_OF_ARRAYS_DONT_MATCH",
     215: "NOT_AN_AGGREGATE",
+    321: "VALUE_IS_OUT_OF_RANGE_OF_DATA_TYPE",
     352: "AMBIGUOUS_COLUMN_NAME",
+    376: "CANNOT_PARSE_UUID",
     386: "NO_COMMON_TYPE",
+    395: "FUNCTION_THROW_IF_VALUE_IS_NON_ZERO",
+    407: "DECIMAL_OVERFLOW",
+    440: "INVALID_LIMIT_EXPRESSION",
+    675: "CANNOT_PARSE_IPV4",
+    676: "CANNOT_PARSE_IPV6",
 }
-"""Errors of the SQL itself: the same query fails the same way, so they are not transient."""
+"""Errors of the SQL itself or of the values it computes (a division by zero, a text that does
+not parse as the type it is cast to, a LIMIT past UInt64): the same query fails the same way, so
+they are not transient."""
 
 _CODE = re.compile(r"\bCode:\s*(\d+)")
 _NAME = re.compile(r"\(([A-Z][A-Z0-9_]+)\)")
