@@ -174,6 +174,10 @@ def test_digest_must_match_uncompressed_body(rig: Rig) -> None:
         ("X-Baml-Content-Digest", "md5:abc", "invalid_digest"),
         ("X-Baml-Root-Id", "", "missing_header"),
         ("X-Baml-Request-Id", "", "missing_request_id"),
+        # the path is /projection-batches/exec_r9.calls_v1.0: headers that derive another id
+        ("X-Baml-Partition", "7", "batch_id_mismatch"),
+        ("X-Baml-Relation", "health_v1", "batch_id_mismatch"),
+        ("X-Baml-Root-Id", "exec_other", "batch_id_mismatch"),
     ],
 )
 def test_bad_headers(rig: Rig, header: str, value: str, code: str) -> None:
@@ -203,6 +207,20 @@ def test_bad_headers(rig: Rig, header: str, value: str, code: str) -> None:
     _error(answer, 400, code)
 
 
+def test_one_executions_rows_land_once_whatever_id_the_path_holds(rig: Rig) -> None:
+    """The path's batch id must be the one the headers derive: the same rows PUT under
+    ``.7`` and ``bogus`` were stored three times (an audit found it)."""
+    table = batch("health_v1", "exec_r11")
+    before = _count(rig, "health_v1")
+    assert rig.put(rig.token_a, SCOPE_A, "health_v1", "exec_r11", table).status_code == 201
+    assert _count(rig, "health_v1") == before + table.num_rows
+    for other in ("exec_r11.health_v1.7", "bogus", "exec_r11.calls_v1.0", "exec_r11.health_v1.00"):
+        answer = rig.put(rig.token_a, SCOPE_A, "health_v1", "exec_r11", table, batch_id=other)
+        _error(answer, 400, "batch_id_mismatch")
+        assert "exec_r11.health_v1.0" in answer.json()["error"]["message"]
+    assert _count(rig, "health_v1") == before + table.num_rows
+
+
 def test_body_that_is_not_zstd_or_arrow(rig: Rig) -> None:
     import zstandard
 
@@ -225,7 +243,8 @@ def test_body_that_is_not_zstd_or_arrow(rig: Rig) -> None:
                 "X-Baml-Content-Digest": digest,
             },
         )
-        answer = rig.client.put("/projection-batches/b1", content=body, headers=headers)
+        answer = rig.client.put("/projection-batches/exec_r10.calls_v1.0", content=body,
+                                headers=headers)  # fmt: skip
         _error(answer, 400, "invalid_body")
 
 

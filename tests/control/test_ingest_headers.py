@@ -32,7 +32,7 @@ HEADER_TEXT = (
 
 
 def test_the_valid_headers_are_read() -> None:
-    request = parse_headers(VALID, "b1")
+    request = parse_headers(VALID, "exec_1.calls_v1.0")
     assert (request.partition, request.relation, request.root_id) == (0, "calls_v1", "exec_1")
 
 
@@ -45,16 +45,17 @@ def test_a_partition_that_is_not_ascii_digits_is_a_typed_400(partition: str) -> 
 
 
 def test_the_largest_partition_is_nine_digits() -> None:
-    assert parse_headers({**VALID, "x-baml-partition": "999999999"}, "b1").partition == 999999999
+    largest = parse_headers({**VALID, "x-baml-partition": "999999999"}, "exec_1.calls_v1.999999999")
+    assert largest.partition == 999999999
 
 
 @settings(max_examples=300, deadline=None)
 @given(
     replaced=st.dictionaries(st.sampled_from(sorted(VALID)), HEADER_TEXT, max_size=len(VALID)),
     dropped=st.sets(st.sampled_from(sorted(VALID)), max_size=2),
-    batch_id=st.just("b1") | st.text(max_size=300),
+    batch_id=st.just("exec_1.calls_v1.0") | st.text(max_size=300),
 )
-@example(replaced={"x-baml-partition": "²"}, dropped=set(), batch_id="b1")
+@example(replaced={"x-baml-partition": "²"}, dropped=set(), batch_id="exec_1.calls_v1.0")
 def test_any_header_text_is_read_or_a_typed_400(
     replaced: dict[str, str], dropped: set[str], batch_id: str
 ) -> None:

@@ -26,6 +26,7 @@ from baml_studio.apierrors import BadRequest, PayloadTooLarge
 from baml_studio.arrowipc import InvalidArrowStream, read_stream
 from baml_studio.catalog.schema import RELATIONS
 from baml_studio.control.schemas import PUBLIC_RELATION_NAMES, registered_schema
+from baml_studio.control.schemas import batch_id as batch_id_of
 from baml_studio.wirenumbers import ascii_whole_number
 
 BATCH_ID = re.compile(r"^[A-Za-z0-9._:-]{1,256}$")
@@ -103,6 +104,14 @@ def parse_headers(headers: Mapping[str, str], batch_id: str) -> BatchRequest:
             f"X-Baml-Partition must be an integer from 0 to 999999999 in ASCII digits, "
             f"not {partition_text!r}",
             code="invalid_partition",
+        )
+    derived = batch_id_of(root_id, relation, partition)
+    if batch_id != derived:  # else one execution's rows could land twice under two ids
+        raise BadRequest(
+            f"batch_id {batch_id!r} is not the one X-Baml-Root-Id, X-Baml-Relation and "
+            f"X-Baml-Partition derive: {derived[:300]!r}",
+            code="batch_id_mismatch",
+            details={"expected": derived[:300]},
         )
     digest = _header(headers, "X-Baml-Content-Digest")
     if not DIGEST.match(digest):

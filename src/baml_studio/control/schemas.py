@@ -26,6 +26,13 @@ CATALOG_VERSIONS: tuple[str, ...] = (CATALOG_VERSION,)
 """Catalog versions this build registers and accepts."""
 
 
+def batch_id(root_id: str, relation: str, partition: int) -> str:
+    """The batch id of one execution's rows of one relation and partition (openapi.yaml's
+    ``BatchId``: "derived from the execution's root ID, relation and partition"): what the
+    projector sends and what ``PUT /projection-batches/{batch_id}`` checks the path against."""
+    return f"{root_id}.{relation}.{partition}"
+
+
 def arrow_type_name(type_: pa.DataType) -> str:
     """The Arrow data type name served in ``RelationColumn.type`` (``utf8``, ``uint64``,
     ``timestamp[ns, tz=UTC]``, ``list<utf8>``, …)."""

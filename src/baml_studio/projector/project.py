@@ -52,7 +52,7 @@ from baml_studio.catalog.schema import (
     Relation,
 )
 from baml_studio.catalog.split import private_schema, split_table
-from baml_studio.control.schemas import PUBLIC_RELATIONS, registered_schema
+from baml_studio.control.schemas import PUBLIC_RELATIONS, batch_id, registered_schema
 from baml_studio.format.cas import CODEC_VALUE
 
 DEFAULT_PARTITION_ROWS = 50_000
@@ -94,10 +94,6 @@ class Projection:
     value_cids: frozenset[bytes]
     """CIDs of the codec-1 values the rows hold as available handles: they must be in
     ``values_v1`` before the execution is projected."""
-
-
-def batch_id(root_id: str, relation: str, partition: int) -> str:
-    return f"{root_id}.{relation}.{partition}"
 
 
 def row_id(batch: str, position: int) -> str:
