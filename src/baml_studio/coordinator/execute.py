@@ -267,6 +267,7 @@ class Run:
                 indexed += 1
             yield row_line(row)
         outcome = result.outcome()
+        outcome["rowsStreamed"] = self._rows  # the engine also counts a row refused here
         outcome["snapshot"] = self._snapshot.to_json()
         outcome["privateState"] = {"indexed": indexed, "pending": pending}
         self._outcome = outcome
