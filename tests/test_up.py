@@ -286,18 +286,39 @@ def test_up_serves_a_published_workload_and_a_second_up_finds_it_again(tmp_path:
 def test_a_service_that_cannot_start_fails_up_with_its_log_and_leaves_nothing(
     tmp_path: Path,
 ) -> None:
-    with socket.socket() as taken:  # the control plane's port, held
+    stack = tmp_path / "stack"
+    (stack / "control").mkdir(parents=True)
+    (stack / "control" / "control.json").write_text('{"facts_dsn": "clickhouse://x:9/y"}')
+    result = subprocess.run(
+        [*CLI, "up", "--data", str(stack), "--control-port", str(free_port()),
+         "--dataplane-port", str(free_port())],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 4, result.stderr
+    assert "control exited" in result.stderr and "control.log" in result.stderr
+    assert "has scheme 'clickhouse'" in result.stderr  # the end of the child's log
+    assert "ready" not in result.stdout
+    assert not (stack / "logs" / "dataplane.log").exists()  # nothing after it was started
+
+
+@pytest.mark.parametrize("which", ["--control-port", "--dataplane-port"])
+def test_a_port_in_use_fails_up_before_anything_starts(tmp_path: Path, which: str) -> None:
+    """Another stack on the port answered the readiness check: up said "ready", its projector
+    talked to the other stack's control plane, and up failed ~35 s later."""
+    with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
+        ports = {"--control-port": str(free_port()), "--dataplane-port": str(free_port())}
+        ports[which] = str(port)
         result = subprocess.run(
-            [*CLI, "up", "--data", str(tmp_path / "stack"), "--control-port", str(port),
-             "--dataplane-port", str(free_port())],
+            [*CLI, "up", "--data", str(tmp_path / "stack"), *sum(ports.items(), ())],
             capture_output=True, text=True, timeout=300,
         )  # fmt: skip
     assert result.returncode == 4, result.stderr
-    assert "control exited" in result.stderr and "control.log" in result.stderr
-    assert "address already in use" in result.stderr.lower()
+    assert f"127.0.0.1:{port}" in result.stderr and "in use" in result.stderr.lower()
+    assert which in result.stderr and "ready" not in result.stdout
+    assert not (tmp_path / "stack" / "logs" / "control.log").exists()
 
 
 def test_killing_up_stops_its_services(tmp_path: Path) -> None:

@@ -38,6 +38,7 @@ import ctypes
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -80,6 +81,22 @@ class UpError(BamlStudioError):
 
 class StartFailed(UpError):
     """A child exited, or did not answer, before the stack was ready."""
+
+
+def _check_port_free(name: str, host: str, port: int) -> None:
+    """:class:`StartFailed` if something listens on ``host:port`` already: its answers would
+    pass for the child's (``up`` said "ready" with another stack's control plane, then failed
+    when its own child exited on the address in use)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            probe.bind(address)
+    except OSError as exc:
+        raise StartFailed(
+            f"the {name} cannot listen on {host}:{port} ({exc.strerror or exc}): is another "
+            f"stack running? Stop it, or pick other ports with --control-port/--dataplane-port"
+        ) from exc
 
 
 class ChildExited(UpError):
@@ -255,6 +272,8 @@ class Stack:
                            str(c.token_path("workload")), "--processes",
                            str(c.projector_processes)], None),
         ]  # fmt: skip
+        for name, port in (("control", c.control_port), ("dataplane", c.dataplane_port)):
+            _check_port_free(name, c.host, port)
         try:
             for name, args, ready_url in commands:
                 child = self._spawn(name, args)
@@ -294,7 +313,7 @@ class Stack:
                 if child.process.poll() is not None:
                     raise StartFailed(_exited(child, "before it was ready"))
                 with contextlib.suppress(httpx.TransportError):
-                    if client.get(url).status_code < 500:
+                    if client.get(url).status_code < 500 and child.process.poll() is None:
                         return
                 if stop is not None and stop.is_set():
                     raise StartFailed(f"stopped while {child.name} was starting")
