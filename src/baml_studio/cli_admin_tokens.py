@@ -125,17 +125,26 @@ def tokens_group(open_registry: OpenRegistry) -> click.Group:
 
     @tokens.group("issue")
     def issue() -> None:
-        """Issue a token; prints {token, token_id, kind, expires_at}. The token is shown once.
+        """Issue a token; prints {token, token_id, kind, expires_at} (with -q the token alone,
+        for TOKEN=$(...) in a shell). The token is shown once.
 
         Example: baml-studio admin tokens issue workload --data ./control --tenant tn_acme
         --deployment dep_byoc1 --cell cell_eu1
         """
 
-    def emit(issued: IssuedToken) -> None:
-        _echo(issued.as_json())
+    def emit(issued: IssuedToken, quiet: bool) -> None:
+        if quiet:
+            click.echo(issued.token)
+        else:
+            _echo(issued.as_json())
+
+    quiet_option = click.option(
+        "-q", "--quiet", is_flag=True, help="Print the token alone (for TOKEN=$(...) in a shell)."
+    )
 
     @issue.command("user")
     @DATA_OPTION
+    @quiet_option
     @METASTORE_OPTION
     @click.option("--tenant", required=True, help="Tenant id.")
     @click.option("--project", required=True, help="Project id.")
@@ -152,6 +161,7 @@ def tokens_group(open_registry: OpenRegistry) -> click.Group:
         environments: tuple[str, ...],
         erasure: bool,
         ttl: str,
+        quiet: bool,
     ) -> None:
         """Issue a user token (Studio, the CLI, an agent) for environments of one project.
 
@@ -163,11 +173,13 @@ def tokens_group(open_registry: OpenRegistry) -> click.Group:
             emit(
                 _issuer(ctx, open_registry).issue_user(
                     tenant, project, environments, erasure, seconds
-                )
+                ),
+                quiet,
             )
 
     @issue.command("publisher")
     @DATA_OPTION
+    @quiet_option
     @METASTORE_OPTION
     @click.option("--tenant", required=True, help="Tenant id.")
     @click.option("--project", required=True, help="Project id.")
@@ -182,6 +194,7 @@ def tokens_group(open_registry: OpenRegistry) -> click.Group:
         project: str,
         environment: str,
         ttl: str,
+        quiet: bool,
     ) -> None:
         """Issue a publisher token for one environment (presented to the data-plane gateway).
 
@@ -194,10 +207,11 @@ def tokens_group(open_registry: OpenRegistry) -> click.Group:
         except ValueError as exc:
             raise click.BadParameter(str(exc)) from exc
         with _cli_errors():
-            emit(_issuer(ctx, open_registry).issue_publisher(scope, seconds))
+            emit(_issuer(ctx, open_registry).issue_publisher(scope, seconds), quiet)
 
     @issue.command("workload")
     @DATA_OPTION
+    @quiet_option
     @METASTORE_OPTION
     @click.option("--tenant", required=True, help="Tenant id.")
     @click.option("--deployment", required=True, help="Deployment id.")
@@ -212,6 +226,7 @@ def tokens_group(open_registry: OpenRegistry) -> click.Group:
         deployment: str,
         cell: str,
         ttl: str,
+        quiet: bool,
     ) -> None:
         """Issue a workload token for a data-plane deployment (calls the workload API).
 
@@ -220,16 +235,23 @@ def tokens_group(open_registry: OpenRegistry) -> click.Group:
         """
         seconds = parse_ttl(ttl)
         with _cli_errors():
-            emit(_issuer(ctx, open_registry).issue_workload(tenant, deployment, cell, seconds))
+            issued = _issuer(ctx, open_registry).issue_workload(tenant, deployment, cell, seconds)
+            emit(issued, quiet)
 
     @tokens.command("rotate")
     @DATA_OPTION
+    @quiet_option
     @METASTORE_OPTION
     @click.argument("token_id")
     @click.option("--ttl", default=None, help="Lifetime of the new token (default: the old one's).")
     @click.pass_context
     def rotate(
-        ctx: click.Context, data: Path, metastore_url: str | None, token_id: str, ttl: str | None
+        ctx: click.Context,
+        data: Path,
+        metastore_url: str | None,
+        token_id: str,
+        ttl: str | None,
+        quiet: bool,
     ) -> None:
         """Issue a token with the same claims that replaces TOKEN_ID. The old token keeps
         working until you revoke it: deploy the new one everywhere, then revoke the old.
@@ -238,7 +260,7 @@ def tokens_group(open_registry: OpenRegistry) -> click.Group:
         """
         seconds = _ttl(ttl)
         with _cli_errors():
-            emit(_issuer(ctx, open_registry).rotate(token_id, seconds))
+            emit(_issuer(ctx, open_registry).rotate(token_id, seconds), quiet)
 
     @tokens.command("revoke")
     @DATA_OPTION

@@ -169,12 +169,14 @@ ENVIRONMENT_OPTION = click.option(
 MAX_BYTES_OPTION = click.option(
     "--max-bytes",
     default=None,
-    help="With --remote: result-size budget, e.g. 64MiB (default 64MiB).",
+    help="With --remote: result-size budget, e.g. 64MiB (default: 64MiB for query, 1GiB for "
+    "jobs start).",
 )
 MAX_PRIVATE_BYTES_OPTION = click.option(
     "--max-private-bytes",
     default=None,
-    help="With --remote: private (Lance) bytes the query may read, e.g. 256MiB (default 256MiB).",
+    help="With --remote: private (Lance) bytes the query may read, e.g. 256MiB (default: 256MiB "
+    "for query, 4GiB for jobs start).",
 )
 
 

@@ -103,6 +103,28 @@ def test_issue_each_kind_prints_a_verifiable_token(admin: Admin) -> None:
     assert admin.opened_with == [admin.data] * 3
 
 
+def test_quiet_prints_the_token_alone_for_a_shell(admin: Admin) -> None:
+    """``TOKEN=$(baml-studio admin tokens issue … -q)``: the README's recipes captured the JSON
+    document, and every command given it as a token was refused."""
+    workload = ["--tenant", "tn_acme", "--deployment", "dep_1", "--cell", "c1"]
+    for kind, args, token_kind in (("publisher", PUBLISHER, TokenKind.PUBLISHER),
+                                   ("user", PUBLISHER, TokenKind.USER),
+                                   ("workload", workload, TokenKind.WORKLOAD)):  # fmt: skip
+        result = admin.issue(kind, *args, "-q")
+        assert result.exit_code == 0, result.output
+        token = result.output.removesuffix("\n")
+        assert "\n" not in token and token.count(".") == 2
+        identity = verifier(admin).verify(token, token_kind)
+        tenant = identity.scope.tenant if kind == "publisher" else identity.tenant
+        assert tenant == "tn_acme"
+    first = admin.ok(admin.issue("publisher", *PUBLISHER))
+    rotated = admin.run("tokens", "rotate", first["token_id"], "--quiet")
+    assert rotated.exit_code == 0, rotated.output
+    assert verifier(admin).verify(rotated.output.strip(), TokenKind.PUBLISHER).scope == Scope(
+        "tn_acme", "prj_billing", "env_prod"
+    )
+
+
 def test_issue_refuses_bad_input_with_exit_2(admin: Admin) -> None:
     too_long = admin.issue(
         "workload", "--tenant", "tn_acme", "--deployment", "d", "--cell", "c", "--ttl", "2h"
