@@ -177,6 +177,14 @@ def test_gateway_missing_request_id_and_routes(dir_rig: GatewayRig) -> None:
     )
     assert_error(dir_rig.http.get("/v1/uploads/authorize"), 405, "method_not_allowed")
     assert_error(dir_rig.http.get("/v1/nothing"), 404, "not_found")
+    # a stray slash: no 307 whose Location comes from the Host header
+    for method, path in (("GET", "/v1/publisher/config/"), ("POST", "/v1/uploads/authorize/")):
+        stray = dir_rig.http.request(
+            method, path, headers={**dir_rig.headers(), "Host": "evil.example.com"},
+            follow_redirects=False,
+        )  # fmt: skip
+        assert_error(stray, 404, "not_found")
+        assert "location" not in stray.headers
     big = b" " * (4 * 2**20 + 1)
     assert_error(
         dir_rig.http.post("/v1/uploads/authorize", content=big, headers=dir_rig.headers()),

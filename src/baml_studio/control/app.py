@@ -32,7 +32,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Mount, Route
+from starlette.routing import Mount, Route, Router
 from starlette.types import Receive, Scope, Send
 
 from baml_studio.apierrors import (
@@ -213,6 +213,12 @@ def create_app(control: ControlPlane, *, on_started: Callable[[], None] | None =
         ],
         exception_handlers={HTTPException: http_error, Exception: internal},
     )
+    # no 307 from /projection-schemas/v1/ to /projection-schemas/v1: its Location was built
+    # from the Host header; a path with a stray slash is a 404 like any other unknown path
+    routed.router.redirect_slashes = False
+    for route in routed.routes:
+        if isinstance(route, Mount) and isinstance(route.app, Router):
+            route.app.redirect_slashes = False
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         """``PUT /projection-batches/{batch_id}`` straight to its handler (the projector

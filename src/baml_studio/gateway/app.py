@@ -98,6 +98,8 @@ def create_app(
         ],
         exception_handlers={HTTPException: not_found, Exception: internal},
     )
+    # no 307 from /v1/query/ to /v1/query: its Location was built from the Host header
+    api.router.redirect_slashes = False
     if bucket is None:
         return api
     uploads = presigned_put_app(bucket, max_body_bytes=gateway.config.limits.max_object_bytes)
