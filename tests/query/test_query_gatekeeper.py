@@ -32,7 +32,9 @@ ACCEPTED = [
 
 REJECTED = [
     ("SELECT 1; SELECT 2", "exactly one"),
-    ("", "exactly one"),
+    ("", "holds no statement"),
+    ("  ;  ", "holds no statement"),  # was "remove the extra ';'-separated statements"
+    ("SELEC x", "'SELEC' does not begin a statement"),  # was "read-only"
     ("CREATE TABLE x (a INT)", "CREATE statements are not allowed"),
     ("CREATE VIEW v AS SELECT 1", "CREATE"),
     ("INSERT INTO calls VALUES (1)", "INSERT"),
@@ -72,6 +74,16 @@ def test_rejected(sql: str, fragment: str) -> None:
     assert error.code == "invalid_sql"
     assert error.remedy
     assert error.retryable is False
+
+
+def test_a_typo_is_not_called_a_write_and_no_statement_is_not_called_too_many() -> None:
+    for sql in ("SELEC x", "SELEC 1", "SELCT * FROM calls", "WITH"):
+        with pytest.raises(InvalidSql) as info:
+            admit(sql, internal=False)
+        assert "read-only" not in info.value.message, info.value.message
+    with pytest.raises(InvalidSql) as info:
+        admit("   ", internal=False)
+    assert "';'" not in (info.value.remedy or "")
 
 
 def test_internal_relations_need_the_flag() -> None:

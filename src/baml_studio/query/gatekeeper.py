@@ -72,6 +72,8 @@ def _admit(sql: str, *, internal: bool, explain: bool) -> Statement:
     once, not read again once per word)."""
     _reject_reserved(sql)
     statements = _parse(sql)
+    if not statements:
+        raise InvalidSql("the SQL holds no statement", f"write {ALLOWED}")
     if len(statements) != 1:
         raise InvalidSql(
             f"expected exactly one SQL statement, got {len(statements)}",
@@ -101,10 +103,24 @@ def _admit(sql: str, *, internal: bool, explain: bool) -> Statement:
         check_tables(node, internal)
         return Statement("query", text, node, query_text=text)
     verb = text.split(None, 1)[0].upper() if text else "empty"
-    raise InvalidSql(
-        f"{verb} statements are not allowed: the catalog is read-only",
-        f"write {ALLOWED}",
+    if verb in _WRITES or isinstance(node, exp.Query):  # a query with INTO writes too
+        raise InvalidSql(
+            f"{verb} statements are not allowed: the catalog is read-only",
+            f"write {ALLOWED}",
+        )
+    raise InvalidSql(  # a typo (SELEC) is not a write refused
+        f"{verb[:40]!r} does not begin a statement the catalog takes", f"write {ALLOWED}"
     )
+
+
+_WRITES = frozenset({
+    "INSERT", "UPDATE", "DELETE", "MERGE", "UPSERT", "REPLACE", "CREATE", "DROP", "ALTER",
+    "TRUNCATE", "RENAME", "COPY", "GRANT", "REVOKE", "SET", "RESET", "VACUUM", "ANALYZE",
+    "ATTACH", "DETACH", "LOAD", "INSTALL", "PRAGMA", "CALL", "EXEC", "EXECUTE", "BEGIN", "START",
+    "COMMIT", "ROLLBACK", "USE", "CACHE", "UNCACHE", "COMMENT", "REFRESH", "OPTIMIZE", "EXPORT",
+    "IMPORT", "PREPARE", "DEALLOCATE", "LOCK", "UNLOCK", "KILL",
+})  # fmt: skip
+"""First words of statements that write or change the session: refused as writes."""
 
 
 def _explain_needs_a_query() -> InvalidSql:
