@@ -30,7 +30,7 @@ EXIT_PROBLEMS = 4
     type=click.Path(path_type=Path, file_okay=False, exists=True),
     help="The profiles-v1 store directory, e.g. .baml/profiles-v1.",
 )
-@click.option("--gateway", required=True, help="Gateway base URL, e.g. http://127.0.0.1:8080.")
+@click.option("--gateway", required=True, help="Gateway base URL, e.g. http://127.0.0.1:8787.")
 @click.option(
     "--token", envvar="BAML_PUBLISHER_TOKEN", callback=header_text, help="Publisher token (JWT)."
 )
@@ -47,7 +47,7 @@ def publish(
 ) -> None:
     """Ship closed profiler files to the customer's bucket through the gateway.
 
-    Example: baml-studio publish --store .baml/profiles-v1 --gateway http://127.0.0.1:8080
+    Example: baml-studio publish --store .baml/profiles-v1 --gateway http://127.0.0.1:8787
     --token "$BAML_PUBLISHER_TOKEN" --once
     """
     try:

@@ -81,7 +81,7 @@ def sweep_command(
     abandoned, index_state no_root_ended) into the control plane and Lance, as the projector
     does for ended ones. Safe to repeat. Prints one JSON summary.
 
-    Example: baml-studio sweep --data ./dataplane --control-plane http://127.0.0.1:8080
+    Example: baml-studio sweep --data ./dataplane --control-plane http://127.0.0.1:8700
     --token "$BAML_WORKLOAD_TOKEN" --silence 1h --scope tn_1/prj_1/env_1 --dry-run
     """
     silence_s = config.silence_limit_s if silence is None else silence
