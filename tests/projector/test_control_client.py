@@ -303,7 +303,8 @@ def test_put_batches_sends_in_parallel_and_acks_in_order(
 def test_put_batches_raises_the_first_failure(client: ControlClient) -> None:
     good = public_batch("calls_v1", "exec_ok")
     bad = public_batch("calls_v1", "exec_bad")
-    bad = PublicBatch("calls_v1", 0, bad.batch_id, "exec_other_root", bad.table)
+    # headers (and the batch id they derive) of a root other than the rows'
+    bad = PublicBatch("calls_v1", 0, "exec_other_root.calls_v1.0", "exec_other_root", bad.table)
     generation = client.active_generation(SCOPE_A)
     with pytest.raises(ControlPlaneRefused) as caught:
         client.put_batches(SCOPE_A, generation, [good, bad], concurrency=2)
@@ -592,7 +593,8 @@ def test_owned_client_raises_the_first_failure_and_learns_a_new_generation(
     sent: list[SentRequest] = []
     good = public_batch("calls_v1", "exec_g1")
     bad = public_batch("calls_v1", "exec_g2")
-    bad = PublicBatch("calls_v1", 0, bad.batch_id, "exec_other_root", bad.table)
+    # headers (and the batch id they derive) of a root other than the rows'
+    bad = PublicBatch("calls_v1", 0, "exec_other_root.calls_v1.0", "exec_other_root", bad.table)
     with owned_client(rig.url, rig.token_a, sent) as client:
         old = client.active_generation(SCOPE_A)
         with pytest.raises(ControlPlaneRefused) as caught:
