@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import click
+import pytest
 from click.testing import CliRunner
 
 from baml_studio.cli import EXIT_CORRUPT, EXIT_UNAVAILABLE, main
@@ -138,3 +139,13 @@ def test_demo_into_a_path_it_cannot_make_exits_4_and_a_report_nowhere_is_a_usage
     result = runner.invoke(main, args)
     assert result.exit_code == 2 and "--report" in result.output, result.output
     assert not store.exists()  # refused before the workload ran
+
+
+def test_demo_into_an_empty_store_path_is_a_usage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """click turned "" into ".": the store was written into the current directory."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["demo", "--store", "", "--executions", "2"])
+    assert result.exit_code == 2 and "--store" in result.output, result.output
+    assert list(tmp_path.iterdir()) == []

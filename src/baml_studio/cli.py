@@ -43,6 +43,14 @@ EXIT_CORRUPT = 3
 EXIT_UNAVAILABLE = 4
 
 
+def _named_path(value: str) -> Path:
+    """``value`` as a path; an empty one is a usage error (click's ``Path`` type made it ``.``,
+    and ``demo --store ""`` wrote its store into the current directory)."""
+    if not value:
+        raise click.BadParameter("is empty: name a directory")
+    return Path(value)
+
+
 def _store_root(store: Path | None) -> Path:
     return store if store is not None else resolve_store_root(Path.cwd(), os.environ)
 
@@ -67,8 +75,9 @@ def main() -> None:
 @main.command()
 @click.option(
     "--store",
-    type=click.Path(path_type=Path, file_okay=False),
+    type=click.Path(file_okay=False),
     required=True,
+    callback=lambda _ctx, _param, value: _named_path(value),
     help="Store directory to write (created if missing).",
 )
 @click.option(

@@ -19,9 +19,13 @@ from typing import Any
 import click
 
 from baml_studio.control.metastore import (
+    AlreadyExists,
+    InvalidArgument,
     Metastore,
+    MetastoreConflict,
     MetastoreError,
     MetastoreUnavailable,
+    NotFoundInMetastore,
     sqlite_url,
 )
 from baml_studio.control.model import DeploymentKind
@@ -63,8 +67,10 @@ def opened_metastore(url: str | None, data: Path | None) -> Iterator[Metastore]:
             yield store
     except MetastoreUnavailable as exc:
         raise AdminUnavailable(str(exc)) from exc
-    except MetastoreError as exc:
+    except (InvalidArgument, AlreadyExists, NotFoundInMetastore, MetastoreConflict) as exc:
         raise AdminInputError(str(exc)) from exc
+    except MetastoreError as exc:  # the database failed otherwise (a file that is not SQLite)
+        raise AdminUnavailable(str(exc)) from exc
 
 
 def with_metastore(command: Command) -> Command:
@@ -129,7 +135,8 @@ def admin_group() -> None:
       0  success
       1  an unexpected internal error
       2  bad input: a usage error, an invalid id, something missing, existing or conflicting
-      3  the metastore is unavailable (cannot be reached or is busy); retry
+      3  the metastore is unavailable (cannot be reached, is busy, or is a file this version
+         cannot use as its database)
     """
 
 

@@ -304,7 +304,10 @@ def rotate(data: Path, retire: str | None) -> None:
     """
     keys = KeyRingFile(DataplaneConfig(data_dir=data, public_base_url="http://x").keys_path)
     try:
-        ring = keys.load_or_create().rotated()
+        current = keys.load_or_create()
+        if retire is not None and current.get(retire) is None:  # before a key is added
+            raise ValueError(f"no key {retire!r} in the ring {[k.kid for k in current.keys]}")
+        ring = current.rotated()
         if retire is not None:
             ring = ring.without(retire)
         keys.save(ring)

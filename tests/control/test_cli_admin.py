@@ -186,6 +186,21 @@ def test_an_unreachable_metastore_exits_3() -> None:
     assert "metastore is unavailable" in result.stderr
 
 
+def test_a_metastore_file_that_is_not_a_database_exits_3(tmp_path: Path) -> None:
+    """It was exit 2, "bad input", though nothing the command was given was wrong."""
+    (tmp_path / "metastore.db").write_bytes(b"not a database, " * 100)
+    result = run("tenants", "list", data=tmp_path, code=EXIT_UNAVAILABLE)
+    assert "not a database" in result.stderr and "Traceback" not in result.output
+
+
+def test_a_name_that_is_not_text_exits_2(data: Path) -> None:
+    """Bytes that are not UTF-8 on a command line reach Python as lone surrogates: it was a
+    UnicodeEncodeError traceback from the database driver."""
+    result = run("tenants", "create", "acme3", "--name", "caf\udce9", data=data, code=EXIT_INPUT)
+    assert "UTF-8" in result.stderr and "Traceback" not in result.output
+    assert [t["tenant_id"] for t in run_json("tenants", "list", data=data)["tenants"]] == []
+
+
 @pytest.mark.parametrize("where", [[], ["--data", "d", "--metastore", "sqlite:///x.db"]])
 def test_exactly_one_location_is_required(where: list[str]) -> None:
     result = CliRunner().invoke(main, ["admin", "tenants", "list", *where])

@@ -34,6 +34,13 @@ def test_gateway_cli_mint_and_rotate(tmp_path: Path) -> None:
     assert KeyRingFile(keys.path).load().active == rotated.output.strip() != old
     bad = CliRunner().invoke(tokens, [*args[:-1], "a/b"])
     assert bad.exit_code == 2
+    before = (data / "keys" / "publisher-keys.json").read_bytes()
+    unknown = CliRunner().invoke(tokens, ["rotate", "--data", str(data), "--retire", "k_nope"])
+    assert unknown.exit_code == 2 and "k_nope" in unknown.output, unknown.output
+    # nothing saved, and the keys it lists are the ring's (it listed a new key it had not saved)
+    assert (data / "keys" / "publisher-keys.json").read_bytes() == before
+    listed = unknown.output[unknown.output.index("ring [") :]
+    assert listed.count("k_") == len(KeyRingFile(keys.path).load().keys)
 
 
 def test_gateway_cli_ttl() -> None:

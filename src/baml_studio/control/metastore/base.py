@@ -34,9 +34,17 @@ def valid_id(name: str, value: object) -> str:
 
 
 def valid_name(name: str | None) -> str | None:
-    """A display name of 1-256 characters, or ``None``."""
+    """A display name of 1-256 characters that UTF-8 can encode, or ``None`` (bytes that are
+    not UTF-8 on a command line reach Python as lone surrogates, which no database takes)."""
     if name is not None and not (isinstance(name, str) and 0 < len(name) <= t.NAME_LENGTH):
         raise InvalidArgument(f"name {name!r} must be 1-{t.NAME_LENGTH} characters, or omitted")
+    if name is not None:
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidArgument(
+                f"name {name!r} is not text UTF-8 can encode (was it typed in another encoding?)"
+            ) from None
     return name
 
 
