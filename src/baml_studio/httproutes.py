@@ -15,10 +15,18 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from baml_studio.apierrors import ApiError, BadRequest, error_body, error_headers
+from baml_studio.apierrors import (
+    ApiError,
+    BadRequest,
+    MethodNotAllowed,
+    NotFound,
+    error_body,
+    error_headers,
+)
 
 REQUEST_ID_HEADER = "x-baml-request-id"
 IDEMPOTENCY_HEADER = "idempotency-key"
@@ -56,6 +64,23 @@ class Refusals:
             error.code,
         )
         return self.response(error, request_id)
+
+    def router_error(self, request: Request, exc: Exception) -> JSONResponse:
+        """The router's own refusals (no route, a route without the method) as an
+        ``ErrorResponse``, with the router's headers (``Allow`` of a 405)."""
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        error: ApiError
+        if status == 405:
+            error = MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}")
+        elif status == 404:
+            error = NotFound(f"no route {request.method} {request.url.path}")
+        else:
+            error = ApiError(f"HTTP {status}")
+            error.status = status
+        response = self.response(error, request.headers.get(REQUEST_ID_HEADER))
+        if isinstance(exc, HTTPException) and exc.headers:
+            response.headers.update(exc.headers)
+        return response
 
     def guarded(self, operation: str, handler: Handler) -> Handler:
         """``handler`` with every :class:`ApiError` it raises answered by :meth:`refused`."""

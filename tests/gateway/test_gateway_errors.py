@@ -175,7 +175,9 @@ def test_gateway_missing_request_id_and_routes(dir_rig: GatewayRig) -> None:
         400,
         "invalid_json",
     )
-    assert_error(dir_rig.http.get("/v1/uploads/authorize"), 405, "method_not_allowed")
+    not_allowed = dir_rig.http.get("/v1/uploads/authorize")
+    assert_error(not_allowed, 405, "method_not_allowed")
+    assert not_allowed.headers["allow"] == "POST"  # as the control plane's 405s (was missing)
     assert_error(dir_rig.http.get("/v1/nothing"), 404, "not_found")
     # a stray slash: no 307 whose Location comes from the Host header
     for method, path in (("GET", "/v1/publisher/config/"), ("POST", "/v1/uploads/authorize/")):

@@ -39,8 +39,6 @@ from baml_studio.apierrors import (
     ApiError,
     BadRequest,
     Forbidden,
-    MethodNotAllowed,
-    NotFound,
 )
 from baml_studio.control.service import Answer, ControlPlane
 from baml_studio.httpbody import read_body
@@ -161,19 +159,7 @@ def create_app(control: ControlPlane, *, on_started: Callable[[], None] | None =
         return JSONResponse({"status": "ok"})
 
     async def http_error(request: Request, exc: Exception) -> Response:
-        status = exc.status_code if isinstance(exc, HTTPException) else 500
-        error: ApiError
-        if status == 405:
-            error = MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}")
-        elif status == 404:
-            error = NotFound(f"no route {request.method} {request.url.path}")
-        else:
-            error = ApiError(f"HTTP {status}")
-            error.status = status
-        response = _REFUSALS.response(error, request.headers.get(REQUEST_ID_HEADER))
-        if isinstance(exc, HTTPException) and exc.headers:
-            response.headers.update(exc.headers)
-        return response
+        return _REFUSALS.router_error(request, exc)
 
     async def internal(request: Request, exc: Exception) -> Response:
         log.error(

@@ -27,7 +27,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
 from baml_studio.gateway.authorize import REQUEST_ID_HEADER, Gateway
-from baml_studio.gateway.errors import GatewayError, MethodNotAllowed, NotFound
+from baml_studio.gateway.errors import GatewayError
 from baml_studio.httpbody import read_body
 from baml_studio.httproutes import Refusals
 from baml_studio.objectstore.asgi import presigned_put_app
@@ -72,16 +72,7 @@ def create_app(
         return JSONResponse(answer, headers={"Cache-Control": "no-store"})
 
     async def not_found(request: Request, exc: Exception) -> Response:
-        status = exc.status_code if isinstance(exc, HTTPException) else 500
-        error: GatewayError
-        if status == 405:
-            error = MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}")
-        elif status == 404:
-            error = NotFound(f"no route {request.method} {request.url.path}")
-        else:
-            error = GatewayError(f"HTTP {status}")
-            error.status = status
-        return _REFUSALS.response(error, request.headers.get(REQUEST_ID_HEADER))
+        return _REFUSALS.router_error(request, exc)
 
     async def internal(request: Request, exc: Exception) -> Response:
         log.error("gateway internal error on %s: %s", request.url.path, type(exc).__name__)
