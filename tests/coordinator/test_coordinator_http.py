@@ -102,6 +102,17 @@ def test_wall_budget(served: tuple[CoordinatorRig, Served]) -> None:
     _, outcome = _lines(_post(http, _body(MANY_ROWS, max_wall_ms=300, max_result_rows=10**7)))
     assert outcome["resultState"] == "budget_exhausted"
     assert "wall" in outcome["error"]["message"]
+    # the remedy names the request's field, not the CLI's option
+    assert "budget.max_wall_ms" in outcome["error"]["remedy"], outcome["error"]
+    assert "--" not in outcome["error"]["remedy"]
+
+
+def test_remedies_over_http_name_no_cli_option(served: tuple[CoordinatorRig, Served]) -> None:
+    _, http = served
+    for sql in ("SELECT call_id, args FROM calls", "SELECT * FROM processes"):
+        _, outcome = _lines(_post(http, _body(sql, max_result_rows=2)))
+        remedy = outcome["error"]["remedy"]
+        assert "budget.max_result_rows" in remedy or "local CLI" in remedy, outcome["error"]
 
 
 def test_too_costly_for_interactive_points_to_jobs(served: tuple[CoordinatorRig, Served]) -> None:

@@ -249,7 +249,10 @@ class Run:
         # before the lease ends
         left_s = budget.max_wall_ms / 1000 - (time.monotonic() - self._started)
         budgets = QueryBudgets(
-            max_wall_s=max(left_s, 0.001), max_result_rows=budget.max_result_rows
+            max_wall_s=max(left_s, 0.001),
+            max_result_rows=budget.max_result_rows,
+            rows_setting="budget.max_result_rows",
+            wall_setting="budget.max_wall_ms",
         )
         self._phase, self._fraction = "private", 0.3
         result = QueryEngine(source, budgets, decoded=self._c.shared.decoded).execute(self._sql)

@@ -30,8 +30,17 @@ class QueryBudgets:
     max_value_bytes: int = 16 * MIB
     """Largest single value body read; a larger one is unavailable (``truncated``), not fatal."""
 
+    rows_setting: str = "--max-rows"
+    """How the caller raises ``max_result_rows``, for the remedy of running out of it (the
+    coordinator's callers send ``budget.max_result_rows``, not a CLI option)."""
+
+    wall_setting: str = "--max-wall"
+    """How the caller raises ``max_wall_s``, for the remedy of running out of it."""
+
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
+            if isinstance(value, str):
+                continue
             if not value > 0:
                 raise ValueError(f"QueryBudgets.{f.name} must be positive, got {value!r}")

@@ -183,7 +183,8 @@ def _check_table(name: str, internal: bool) -> None:
     if relation is not None and relation.internal:
         raise InvalidSql(
             f"{name!r} is an internal relation",
-            "run with --internal (or BAML_INTERNAL=1) to query internal relations",
+            "internal relations are for the local CLI: baml-studio query --store … --internal "
+            "(or BAML_INTERNAL=1)",
         )
     guess = suggest(name, table_names(internal))
     hint = f"did you mean {guess!r}? " if guess else ""

@@ -158,7 +158,8 @@ class QueryResult:
                 if self._rows >= limit:
                     raise BudgetExceeded(
                         f"the result has more than {limit} rows",
-                        "add a LIMIT or narrow the WHERE clause, or raise --max-rows",
+                        "add a LIMIT or narrow the WHERE clause, or raise "
+                        f"{self._budgets.rows_setting}",
                     )
                 self._rows += 1
                 yield row

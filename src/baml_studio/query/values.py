@@ -118,7 +118,8 @@ class ValueResolver:
         if self._clock() > self._deadline:
             self._exhaust(
                 f"the query ran longer than its wall budget of {self._budgets.max_wall_s:g}s",
-                "narrow the query (for example WHERE execution_id = '…') or raise --max-wall",
+                "narrow the query (for example WHERE execution_id = '…') or raise "
+                f"{self._budgets.wall_setting}",
                 evaluating,
             )
 
