@@ -372,7 +372,10 @@ class Recorder:
             elif isinstance(exc, Exception):
                 status = FunctionEndStatus.ERRORED
                 if frame.thread.execution is not DROPPED:
-                    self._error(frame, exc)
+                    try:
+                        self._error(frame, exc)
+                    except Exception:  # the error's record is lost; the call still ends
+                        self.stats.internal_errors += 1
             else:
                 status = FunctionEndStatus.EXITED
             self._end(frame, token, status)

@@ -30,6 +30,13 @@ MAX_FROZEN_NODES = 4096
 
 Snapshot = tuple[int, Any]
 _SCALARS = frozenset({str, int, float, bool, type(None), bytes})
+_MARSHAL_TOP = frozenset({dict, list, tuple, set, frozenset, str, int, float, bool, type(None),
+                          bytes, complex})  # fmt: skip
+"""Types :mod:`marshal` is tried on. It also takes any object with the buffer protocol (numpy
+arrays and scalars, ``array.array``) and writes its raw memory as bytes, against the documented
+rules (a numpy integer is an ``Int`` through ``__index__``): an argument, output or value of
+another type goes to the encoder. One nested inside a builtin container is still frozen as its
+bytes (``docs/formats.md``)."""
 _FROZEN_FIELDS: dict[type, tuple[str, ...] | None] = {}
 
 
@@ -58,7 +65,16 @@ def _frozen_fields(cls: type) -> tuple[str, ...] | None:
 
 
 def is_deeply_immutable(obj: Any) -> bool:
-    """True if nothing reachable from ``obj`` can change (bounded to MAX_FROZEN_NODES nodes)."""
+    """True if nothing reachable from ``obj`` can change (bounded to MAX_FROZEN_NODES nodes);
+    False when looking raises (an object whose ``__class__`` or fields raise: the encoder then
+    records it as ``Omitted`` alone, and its siblings as they are)."""
+    try:
+        return _deeply_immutable(obj)
+    except Exception:
+        return False
+
+
+def _deeply_immutable(obj: Any) -> bool:
     stack = [obj]
     budget = MAX_FROZEN_NODES
     while stack:
@@ -82,10 +98,11 @@ def is_deeply_immutable(obj: Any) -> bool:
 
 def take(obj: Any) -> Snapshot:
     """Freeze ``obj``. Never raises: an uncapturable value encodes as ``Omitted``."""
-    try:
-        return MARSHALLED, marshal.dumps(obj)
-    except ValueError:
-        pass
+    if type(obj) in _MARSHAL_TOP:
+        try:
+            return MARSHALLED, marshal.dumps(obj)
+        except ValueError:
+            pass
     if is_deeply_immutable(obj):
         return HELD, obj
     return ENCODED, encode_python(obj)
@@ -94,10 +111,11 @@ def take(obj: Any) -> Snapshot:
 def take_args(args: dict[str, Any]) -> Snapshot:
     """Freeze a call's argument map. The dict is the profiler's own (built per call), so
     only its values need freezing."""
-    try:
-        return MARSHALLED, marshal.dumps(args)
-    except ValueError:
-        pass
+    if all(type(value) in _MARSHAL_TOP for value in args.values()):
+        try:
+            return MARSHALLED, marshal.dumps(args)
+        except ValueError:
+            pass
     if all(is_deeply_immutable(value) for value in args.values()):
         return HELD, args
     return ENCODED, encode_python(args)
@@ -120,14 +138,19 @@ def encode(snap: Snapshot) -> bytes:
 
 
 def exception_value(exc: BaseException) -> dict[str, Any]:
-    """The value recorded for a raised exception: its type, message and public attributes."""
-    value: dict[str, Any] = {
-        "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
-        "message": str(exc),
-    }
+    """The value recorded for a raised exception: its type, message and public attributes. An
+    attribute named ``type`` or ``message`` (``self.message = …``, a common pattern) is kept as
+    ``type_attribute`` / ``message_attribute``: it used to replace the real type and message. A
+    ``__str__`` that raises or returns something else gives a message that says so."""
+    cls = type(exc)
+    try:
+        message = str(exc)
+    except Exception as failure:  # str() of the application's exception: its own code
+        message = f"<str() of {cls.__qualname__} raised {type(failure).__qualname__}>"
+    value: dict[str, Any] = {"type": f"{cls.__module__}.{cls.__qualname__}", "message": message}
     attrs = getattr(exc, "__dict__", None)
     if attrs:
-        for name, item in attrs.items():
-            if not name.startswith("_"):
-                value[name] = item
+        for name, item in list(attrs.items()):
+            if isinstance(name, str) and not name.startswith("_"):
+                value[f"{name}_attribute" if name in ("type", "message") else name] = item
     return value
