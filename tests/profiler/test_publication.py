@@ -112,6 +112,28 @@ def test_a_backlog_is_published_as_it_is_applied(
     assert prof.recorder.stats.internal_errors == 0
 
 
+def test_a_close_that_times_out_says_what_is_not_written_yet(
+    store_root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A burst and then exit: the consumer is a daemon thread, so what it had not applied when
+    close() gave up was lost without a word (an audit lost 84 % of 100,000 calls)."""
+    prof = Profiler(
+        ProfilerConfig(store_root=store_root, publish_interval_s=0.0, wake_interval_s=3600)
+    ).activate()
+    for index in range(2000):
+        work(f"text {index}")
+    queued = len(prof.recorder.events)
+    assert queued > 1000
+    with caplog.at_level("WARNING", logger="baml_studio.profiler.profiler"):
+        done = prof.close(timeout=0.0)
+    assert not done
+    (warning,) = [r for r in caplog.records if "not yet written" in r.getMessage()]
+    assert "lost if the process exits" in warning.getMessage()
+    assert prof._thread is not None  # reason: wait for the background writer, as advised
+    prof._thread.join(120)
+    assert len(load(store_root).executions) == 2000  # all written once it finished
+
+
 def test_a_backlog_at_close_is_published_as_it_is_applied(
     store_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -247,6 +247,17 @@ class Profiler:
         # touched by one thread; if it outlives the timeout it finishes in the background.
         self._thread.join(timeout)
         self._close_publisher(timeout)
+        if self._thread.is_alive():
+            # said out loud: the consumer is a daemon thread, so if the process exits now the
+            # events it has not applied are lost, and nothing in the store can count them
+            _log.warning(
+                "baml profiler: close() returned after %.1fs with %d events not yet written "
+                "(%d executions open); they are lost if the process exits before the background "
+                "writer finishes; give close() a longer timeout to wait for them",
+                timeout,
+                len(self.recorder.events),
+                self.recorder.open_executions,
+            )
         return not self._thread.is_alive()
 
     def __enter__(self) -> Profiler:
