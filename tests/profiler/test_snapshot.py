@@ -178,3 +178,46 @@ def test_an_exception_whose_str_raises_leaves_later_roots_their_own(
     statuses = sorted(str(ex.ended.status) for ex in view.executions.values() if ex.ended)
     assert statuses == sorted([str(RootStatus.FAILED)] * 2 + [str(RootStatus.SUCCEEDED)] * 2)
     assert profiler.stats.internal_errors == 0
+
+
+class Big:
+    alive = 0
+
+    def __init__(self) -> None:
+        Big.alive += 1
+
+    def __del__(self) -> None:
+        Big.alive -= 1
+
+
+@baml_function(name="snapshot.Fails")
+def fails() -> None:
+    big = Big()  # a local of the frame the traceback keeps
+    raise ValueError(big)
+
+
+@baml_function(name="snapshot.Retries")
+def retries(times: int) -> int:
+    """How many ``Big`` objects are alive once ``times`` failures were caught (in the root)."""
+    import gc
+
+    for _ in range(times):
+        try:
+            fails()
+        except ValueError:  # caught, as an application retrying a call does
+            continue
+    gc.collect()
+    return Big.alive
+
+
+def test_caught_exceptions_are_not_all_kept_until_the_root_ends(
+    profiler: Profiler, store_root: Path
+) -> None:
+    """Every caught exception (with its frames and locals) was held until the root ended: a
+    root that retried 200 times kept 200 of them."""
+    from baml_studio.profiler.runtime import MAX_LIVE_THROWS
+
+    assert retries(200) <= MAX_LIVE_THROWS  # 200 before
+    assert profiler.flush()
+    (ex,) = load(store_root).executions.values()
+    assert ex.ended is not None and ex.ended.status == RootStatus.SUCCEEDED

@@ -74,6 +74,13 @@ _get_loop = asyncio.events._get_running_loop
 _perf = time.perf_counter_ns
 
 
+MAX_LIVE_THROWS = 64
+"""Exceptions an execution remembers (with their tracebacks, so their frames and locals) to
+link one exception's capture from every frame it unwinds. A root that catches and retries
+kept every one until it ended (an audit held 200 MB for 200 caught errors); past this, the
+oldest is forgotten, and should it unwind another call later it is captured again."""
+
+
 @dataclass(slots=True)
 class ProfilerStats:
     """Process-global counters that are not persisted per execution."""
@@ -388,6 +395,8 @@ class Recorder:
         origin = throws.get(id(exc))
         if origin is None or origin[0] is not exc:
             origin = (exc, frame, None)
+            if len(throws) >= MAX_LIVE_THROWS:  # the oldest: long caught, most likely
+                del throws[next(iter(throws))]
             throws[id(exc)] = origin
         if not frame.roles & ROLE_ERROR or frame.dropped:
             return
