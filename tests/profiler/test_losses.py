@@ -58,6 +58,17 @@ def test_profiler_off_creates_nothing_and_calls_still_work(tmp_path: Path) -> No
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("off", ["0", "false", "FALSE", "off", " no "])
+def test_profile_off_takes_common_spellings_and_reads_no_other_setting(off: str) -> None:
+    """Only "0" turned it off (``false`` left it on), and a profiler that was off still raised
+    at start() for a bad publish interval."""
+    env = {"BAML_PROFILE": off, "BAML_PROFILE_PUBLISH_INTERVAL_MS": "1s"}
+    assert not ProfilerConfig.from_env(env).enabled
+    assert ProfilerConfig.from_env({"BAML_PROFILE": "1"}).enabled
+    with pytest.raises(ValueError, match="BAML_PROFILE_PUBLISH_INTERVAL_MS"):
+        ProfilerConfig.from_env({**env, "BAML_PROFILE": "1"})
+
+
 def test_from_env_reads_interval_and_dir(tmp_path: Path) -> None:
     env = {"BAML_PROFILE_DIR": str(tmp_path / "x"), "BAML_PROFILE_PUBLISH_INTERVAL_MS": "250"}
     config = ProfilerConfig.from_env(env)

@@ -78,7 +78,8 @@ class ProfilerConfig:
     def from_env(
         cls, env: Mapping[str, str] | None = None, *, project_dir: Path | None = None
     ) -> ProfilerConfig:
-        """Build a config from ``BAML_PROFILE``, ``BAML_PROFILE_DIR``,
+        """Build a config from ``BAML_PROFILE`` (``0``, ``false``, ``off`` or ``no`` turn it off),
+        ``BAML_PROFILE_DIR``,
         ``BAML_PROFILE_PUBLISH_INTERVAL_MS`` (1-10 ASCII digits or ``MAX``; anything else
         raises ``ValueError`` naming the variable),
         ``BAML_PUBLISH_GATEWAY``, ``BAML_PUBLISH_TOKEN`` and ``BAML_PUBLISH_TOKEN_FILE``.
@@ -88,19 +89,24 @@ class ProfilerConfig:
         """
         env = os.environ if env is None else env
         root = resolve_store_root(project_dir or Path.cwd(), env)
+        enabled = env.get("BAML_PROFILE", "1").strip().lower() not in PROFILE_OFF
         interval: float | None = DEFAULT_PUBLISH_INTERVAL_S
         raw = env.get("BAML_PROFILE_PUBLISH_INTERVAL_MS")
-        if raw:
+        if raw and enabled:  # a profiler that is off reads no other setting, so none fails
             interval = _interval_s(raw)
         token_file = env.get("BAML_PUBLISH_TOKEN_FILE", "").strip()
         return cls(
             store_root=root,
-            enabled=env.get("BAML_PROFILE", "1").strip() != "0",
+            enabled=enabled,
             publish_interval_s=interval,
             publish_gateway_url=env.get("BAML_PUBLISH_GATEWAY", "").strip() or None,
             publish_token=env.get("BAML_PUBLISH_TOKEN", "").strip() or None,
             publish_token_file=Path(token_file) if token_file else None,
         )
+
+
+PROFILE_OFF = frozenset({"0", "false", "off", "no"})
+"""``BAML_PROFILE`` values (any case) that turn the profiler off; only ``0`` did."""
 
 
 def _interval_s(raw: str) -> float | None:
