@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import threading
 from pathlib import Path
 
@@ -346,3 +347,39 @@ def test_an_internal_error_publishing_root_started_loses_it_openly(
     lost = [e for e in ended if e is not None and e.flags & ROOT_ENDED_FLAG_ROOT_STARTED_LOST]
     started = [ex for ex in view.executions.values() if ex.started is not None]
     assert len(lost) == 1 and len(started) == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX")
+def test_a_forked_child_runs_unprofiled_until_it_starts_a_profiler_of_its_own(
+    tmp_path: Path,
+) -> None:
+    """The child inherited an active profiler without its consumer thread: its calls queued
+    events nobody applied, lost without a count."""
+    from baml_studio.profiler import api
+
+    store_root = tmp_path / "store"
+    prof = _profiler(store_root)
+    assert root(1) == 1
+    queued = len(prof.recorder.events)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the pipe, never return into pytest
+        ok = False
+        try:
+            ok = api.active() is None and root(2) == 2 and len(prof.recorder.events) == queued
+            own = Profiler(ProfilerConfig(store_root=store_root, publish_interval_s=None))
+            own.activate()
+            ok = ok and root(3) == 3 and own.close(timeout=60)
+        finally:
+            os.write(write_end, b"1" if ok else b"0")
+            os._exit(0)
+    os.close(write_end)
+    answer = os.read(read_end, 1)
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    assert answer == b"1"
+    assert prof.close(timeout=60)
+    view = load(store_root)
+    calls = sorted(ex.ended.status == RootStatus.SUCCEEDED for ex in view.executions.values()
+                   if ex.ended)  # fmt: skip
+    assert calls == [True, True]  # the parent's root(1) and the child's own root(3)

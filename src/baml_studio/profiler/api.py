@@ -11,6 +11,7 @@ import contextlib
 import contextvars
 import functools
 import inspect
+import os
 import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
@@ -38,6 +39,18 @@ def active() -> Profiler | None:
 def set_active(profiler: Profiler | None) -> None:
     global _ACTIVE
     _ACTIVE = profiler
+
+
+def _forked_child() -> None:
+    """In the child of ``os.fork()``: no profiler is active. The inherited one's consumer
+    thread does not exist there, so its calls queued events nobody applied (lost, uncounted,
+    and the queue grew to its bound); the child runs unprofiled until it calls :func:`start`
+    itself (a gunicorn ``post_fork`` hook, a multiprocessing initializer)."""
+    set_active(None)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked_child)
 
 
 def start(config: ProfilerConfig | None = None, *, project_dir: Path | None = None) -> Profiler:
