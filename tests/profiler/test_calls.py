@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from readback import load
@@ -285,3 +286,32 @@ def test_awaits_inside_a_direct_child_are_not_counted_twice(
     spent = root_ctx.counters.direct_call_child_inclusive_ns + root_ctx.counters.await_ns
     assert spent <= root_ctx.counters.inclusive_ns
     assert self_ns(root_ctx.counters) == (root_ctx.counters.inclusive_ns - spent, False)
+
+
+REDEFINED = """
+from baml_studio.profiler import baml_function
+
+@baml_function(name="calls.Redefined")
+def redefined(x):
+    return x * {factor}
+"""
+
+
+def test_a_function_defined_again_keeps_its_name_and_another_function_is_refused(
+    profiler: Profiler, store_root: Path
+) -> None:
+    """A module reloaded or a notebook cell run again defines the same function anew (same
+    module and qualified name, new code): that raised ``FunctionRegistrationError`` at
+    decoration, in the application. Two different functions under one name still do."""
+    from baml_studio.profiler.errors import FunctionRegistrationError
+
+    first: dict[str, Any] = {"__name__": "notebook_cell"}
+    exec(compile(REDEFINED.format(factor=2), "<cell 1>", "exec"), first)
+    again: dict[str, Any] = {"__name__": "notebook_cell"}
+    exec(compile(REDEFINED.format(factor=3), "<cell 2>", "exec"), again)
+    assert first["redefined"](5) == 10 and again["redefined"](5) == 15
+    other: dict[str, Any] = {"__name__": "another_module"}
+    with pytest.raises(FunctionRegistrationError, match=r"calls\.Redefined"):
+        exec(compile(REDEFINED.format(factor=4), "<other>", "exec"), other)
+    assert profiler.flush()
+    assert len(load(store_root).executions) == 2

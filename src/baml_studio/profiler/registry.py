@@ -77,6 +77,17 @@ class _SourceFile:
         return start, end
 
 
+def _redefinition(old: Callable[..., Any], new: Callable[..., Any]) -> bool:
+    """``new`` is ``old`` defined again: the same module and qualified name (``importlib.reload``,
+    a notebook cell run again), which used to raise. It keeps the first definition's id and
+    source span."""
+    names = ("__module__", "__qualname__")
+    old_names = tuple(getattr(inspect.unwrap(old), name, None) for name in names)
+    return None not in old_names and old_names == tuple(
+        getattr(inspect.unwrap(new), name, None) for name in names
+    )
+
+
 class FunctionRegistry:
     """Thread-safe registry of BAML functions; one per process by default (:data:`REGISTRY`)."""
 
@@ -96,11 +107,13 @@ class FunctionRegistry:
             if existing is not None:
                 if fn is not None and self._callables.get(fqn) not in (None, fn):
                     old = self._callables[fqn]
-                    if getattr(old, "__code__", None) is not getattr(fn, "__code__", None):
+                    same_code = getattr(old, "__code__", None) is getattr(fn, "__code__", None)
+                    if not same_code and not _redefinition(old, fn):
                         raise FunctionRegistrationError(
                             f"BAML function {fqn!r} is already registered to {old!r}; "
                             "give the second function another name"
                         )
+                    self._callables[fqn] = fn  # a module reloaded, a notebook cell run again
                 return existing
             file_id, span, line = self._locate(fn)
             info = FunctionInfo(len(self._functions) + 1, fqn, llm, file_id, span, line)
