@@ -315,3 +315,29 @@ def test_a_function_defined_again_keeps_its_name_and_another_function_is_refused
         exec(compile(REDEFINED.format(factor=4), "<other>", "exec"), other)
     assert profiler.flush()
     assert len(load(store_root).executions) == 2
+
+
+@baml_function(name="calls.Keeps")
+def keeps_its_frame(box: list[Any]) -> None:
+    from baml_studio.profiler.runtime import CURRENT
+
+    box.append(CURRENT.get())
+
+
+def test_a_thread_spawned_from_an_ended_root_does_not_end_it_again(
+    profiler: Profiler, store_root: Path
+) -> None:
+    """A propagated thread's first call raced its root's end: the closed check was outside the
+    lock, the lease it then took ended the execution a second time, and ``open_executions``
+    went below zero (an audit saw -5 in 3,000 roots). Under the lock now: the call becomes a
+    root of its own."""
+    box: list[Any] = []
+    keeps_its_frame(box)
+    (frame,) = box
+    recorder = profiler.recorder
+    assert frame.thread.execution.closed and recorder.open_executions == 0
+    other_runner = (frame.thread.runner[0] + 1, 0)
+    assert recorder._spawn_thread(frame, 0, other_runner, None) is None
+    assert frame.thread.execution.leases == 0 and recorder.open_executions == 0
+    assert profiler.flush()
+    assert len(load(store_root).executions) == 1

@@ -205,8 +205,10 @@ class Recorder:
 
     def _spawn_thread(
         self, parent: Frame, now: int, runner: tuple[int, int], site: CallSiteSpan | None
-    ) -> LogicalThread:
-        """The logical thread a call on another runner belongs to.
+    ) -> LogicalThread | None:
+        """The logical thread a call on another runner belongs to; None if the parent's
+        execution ended meanwhile (checked under the lock: a lease taken on an ended execution
+        ended it twice, and ``open_executions`` went below zero).
 
         An asyncio task is one spawned thread for its whole life: its first BAML call starts
         the thread and a done-callback ends it (status from the task). Anything else (a plain
@@ -219,6 +221,8 @@ class Recorder:
             if existing is not None:
                 return existing
         with self._lock:
+            if ex.closed:
+                return None
             ex.leases += 1
             ref = ThreadRef(self.euid, ex.engine.engine_id, ex.engine.new_thread_id())
         thread = LogicalThread(ref, ex, runner)
@@ -297,14 +301,19 @@ class Recorder:
         selected = SELECT_LLM if info.llm else 0
         if parent is not None and parent.thread.execution is DROPPED:
             return None
-        if parent is None or parent.thread.execution.closed:
+        spawned = None
+        if parent is not None and parent.thread.runner != runner:
+            spawned = self._spawn_thread(parent, now, runner, site)
+        if parent is None or parent.thread.execution.closed or (
+            spawned is None and parent.thread.runner != runner
+        ):
             thread = self._new_execution(now, runner)
             if thread is None:
                 return self._dropped_root(info, now, runner)
             parent = None
             edge, parent_key, selected = 0, None, selected | SELECT_ROOT
-        elif parent.thread.runner != runner:
-            thread = self._spawn_thread(parent, now, runner, site)
+        elif spawned is not None:
+            thread = spawned
             edge, parent_key = 2, parent.key
         else:
             thread = parent.thread
