@@ -304,8 +304,10 @@ class Recorder:
         spawned = None
         if parent is not None and parent.thread.runner != runner:
             spawned = self._spawn_thread(parent, now, runner, site)
-        if parent is None or parent.thread.execution.closed or (
-            spawned is None and parent.thread.runner != runner
+        if (
+            parent is None
+            or parent.thread.execution.closed
+            or (spawned is None and parent.thread.runner != runner)
         ):
             thread = self._new_execution(now, runner)
             if thread is None:
