@@ -267,3 +267,30 @@ def test_schema_of_an_unknown_table_is_a_usage_error_naming_the_relations(tmp_pa
     assert "calls" in result.output
     found = CliRunner().invoke(main, [*args, "calls"])
     assert found.exit_code == 0 and len(json.loads(found.output)["relations"]) == 1
+
+
+def test_repeated_column_names_keep_every_column() -> None:
+    """``SELECT a.fqn, b.fqn, x AS fqn_2``: the second ``fqn`` was renamed ``fqn_2``, the name
+    the query gave the third column, and the row kept one of the two (data lost, outcome
+    complete)."""
+    rows, outcome = run(
+        "SELECT a.fqn, b.fqn, 'third' AS fqn_2 FROM call_path_stats a "
+        "CROSS JOIN call_path_stats b LIMIT 1"
+    )
+    assert outcome["resultState"] == "complete"
+    (row,) = rows
+    assert list(row) == ["fqn", "fqn_3", "fqn_2"] and row["fqn_2"] == "third"
+    assert row["fqn_3"] == row["fqn"] == "ScoreCustomer"
+
+
+@given(st.lists(st.sampled_from(["a", "a_2", "a_3", "b", "a_2_2"]), min_size=1, max_size=8))
+def test_unique_names_are_unique_and_keep_the_first_of_each_name(names: list[str]) -> None:
+    import pyarrow as pa
+
+    from baml_studio.query.render import unique_names
+
+    got = unique_names(pa.schema([(n, pa.int8()) for n in names]))
+    assert len(set(got)) == len(got) == len(names)
+    for index, name in enumerate(names):
+        if name not in names[:index]:
+            assert got[index] == name or name in got[:index]

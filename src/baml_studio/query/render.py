@@ -29,13 +29,19 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def unique_names(schema: pa.Schema) -> list[str]:
-    """Column names, with repeats suffixed ``_2``, ``_3`` … so a row object keeps them all."""
-    seen: dict[str, int] = {}
+    """Column names, with repeats suffixed ``_2``, ``_3`` … so a row object keeps them all. A
+    suffixed name is never one the query also names (``SELECT a.fqn, b.fqn, x AS fqn_2``: the
+    second ``fqn`` became ``fqn_2`` and the row object kept only one of the two)."""
+    taken = set(schema.names)
+    used: set[str] = set()
     out: list[str] = []
     for name in schema.names:
-        count = seen.get(name, 0) + 1
-        seen[name] = count
-        out.append(name if count == 1 else f"{name}_{count}")
+        candidate, count = name, 1
+        while candidate in used or (count > 1 and candidate in taken):
+            count += 1
+            candidate = f"{name}_{count}"
+        used.add(candidate)
+        out.append(candidate)
     return out
 
 
