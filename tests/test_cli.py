@@ -73,6 +73,22 @@ def test_check_exits_3_on_a_corrupt_file_and_4_without_a_store(tmp_path: Path) -
     assert missing.exit_code == EXIT_UNAVAILABLE
 
 
+def test_a_directory_that_is_not_a_store_is_refused_not_read_as_empty(tmp_path: Path) -> None:
+    """``query --store /etc`` (or a typo naming a real directory) answered count 0, complete,
+    exit 0; ``store check`` called it a clean store."""
+    other = tmp_path / "not-a-store"
+    other.mkdir()
+    (other / "notes.txt").write_text("hello")
+    runner = CliRunner()
+    query = runner.invoke(main, ["query", "--store", str(other), "SELECT count(*) FROM calls"])
+    assert query.exit_code == 5 and "not a profiles-v1 store" in query.output, query.output
+    check = runner.invoke(main, ["store", "check", "--store", str(other)])
+    assert check.exit_code == EXIT_UNAVAILABLE and "not a profiles-v1 store" in check.output
+    store = tmp_path / "store"
+    assert runner.invoke(main, ["demo", "--store", str(store), "--executions", "2"]).exit_code == 0
+    assert runner.invoke(main, ["query", "--store", str(store), "SELECT 1"]).exit_code == 0
+
+
 def test_a_corrupt_cas_file_is_listed_once(tmp_path: Path) -> None:
     """The scan decodes CAS files and the CAS check verifies them: one bad file, one entry
     (it was listed and counted twice)."""

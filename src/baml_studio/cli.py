@@ -38,6 +38,7 @@ from baml_studio.format.ids import euid_hex
 from baml_studio.store import StoreError, StoreInUse, StoreReader, clean_profiles_v1
 from baml_studio.store.config import resolve_store_root
 from baml_studio.store.errors import InvalidStoreRoot
+from baml_studio.store.layout import StoreLayout
 
 EXIT_CORRUPT = 3
 EXIT_UNAVAILABLE = 4
@@ -200,6 +201,12 @@ def store_check(store: Path | None, fmt: str) -> None:
     root = _store_root(store)
     if not root.is_dir():
         click.echo(f"error: no store at {root} (run `baml-studio demo --store {root}`)", err=True)
+        sys.exit(EXIT_UNAVAILABLE)
+    if not StoreLayout(root).is_store():
+        click.echo(
+            f"error: {root} is not a profiles-v1 store (no streams/, cas/ or usage.state in it)",
+            err=True,
+        )
         sys.exit(EXIT_UNAVAILABLE)
     try:
         summary, clean = _scan_summary(root)

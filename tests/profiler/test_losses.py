@@ -350,6 +350,7 @@ def test_an_internal_error_publishing_root_started_loses_it_openly(
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX")
+@pytest.mark.filterwarnings("ignore:lance is not fork-safe")  # other tests of the worker load it
 def test_a_forked_child_runs_unprofiled_until_it_starts_a_profiler_of_its_own(
     tmp_path: Path,
 ) -> None:

@@ -123,6 +123,13 @@ class StoreLayout:
         tmp = f"{os.fspath(self.root)}/tmp/"
         return [f"{tmp}{name}{PENDING_SUFFIX}" for name in uuid4_hexes(count)]
 
+    def is_store(self) -> bool:
+        """The root holds something of a store (``streams/``, ``cas/``, ``usage.state`` or
+        ``publish.lock``): a reader pointed at any other directory (``--store /etc``, a typo
+        that names a real directory) says so instead of answering with an empty store."""
+        names = ("streams", "cas", "usage.state", "publish.lock")
+        return any((self.root / name).exists() for name in names)
+
     def stream_dir(self, euid: bytes) -> Path:
         if len(euid) != 16:
             raise ValueError(f"a process euid is 16 bytes, got {len(euid)}")
