@@ -341,3 +341,24 @@ def test_a_thread_spawned_from_an_ended_root_does_not_end_it_again(
     assert frame.thread.execution.leases == 0 and recorder.open_executions == 0
     assert profiler.flush()
     assert len(load(store_root).executions) == 1
+
+
+def _scaled(x: int, factor: int) -> int:
+    return x * factor
+
+
+def test_a_callable_without_a_qualified_name_needs_name_and_works_with_it(
+    profiler: Profiler, store_root: Path
+) -> None:
+    """``baml_function(functools.partial(...))`` raised ``AttributeError: __qualname__``."""
+    import functools
+
+    from baml_studio.profiler.errors import FunctionRegistrationError
+
+    partial = functools.partial(_scaled, factor=3)
+    with pytest.raises(FunctionRegistrationError, match="name="):
+        baml_function(partial)
+    named = baml_function(name="calls.Scaled")(partial)
+    assert named(2) == 6
+    assert profiler.flush()
+    assert len(load(store_root).executions) == 1

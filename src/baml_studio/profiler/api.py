@@ -20,6 +20,7 @@ from typing import Any, ParamSpec, TypeVar, cast, overload
 
 from baml_studio.format.records import ROLE_ERROR, ROLE_INPUT, ROLE_OUTPUT
 from baml_studio.profiler.config import ProfilerConfig
+from baml_studio.profiler.errors import FunctionRegistrationError
 from baml_studio.profiler.events import Frame
 from baml_studio.profiler.profiler import Profiler
 from baml_studio.profiler.registry import REGISTRY, FunctionInfo, FunctionRegistry
@@ -161,6 +162,19 @@ class _Timed:
                 frame.await_count += 1
 
 
+def _default_name(func: Callable[..., Any]) -> str:
+    """``module.qualname``; a callable without them (a ``functools.partial``, an instance with
+    ``__call__``) raised ``AttributeError`` at decoration: it needs ``name=``."""
+    module = getattr(func, "__module__", None)
+    qualname = getattr(func, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str):
+        raise FunctionRegistrationError(
+            f"{func!r} has no __module__ and __qualname__ to name it by: give "
+            "@baml_function(name=...)"
+        )
+    return f"{module}.{qualname}"
+
+
 @overload
 def baml_function(fn: Callable[P, R], /) -> Callable[P, R]: ...
 
@@ -189,7 +203,7 @@ def baml_function(
     """
 
     def decorate(func: Callable[P, R]) -> Callable[P, R]:
-        fqn = name or f"{func.__module__}.{func.__qualname__}"
+        fqn = name or _default_name(func)
         info = registry.register(fqn, func, llm=llm)
         bind = _arg_binder(func)
         if inspect.iscoroutinefunction(func):
