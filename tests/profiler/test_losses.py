@@ -384,3 +384,22 @@ def test_a_forked_child_runs_unprofiled_until_it_starts_a_profiler_of_its_own(
     calls = sorted(ex.ended.status == RootStatus.SUCCEEDED for ex in view.executions.values()
                    if ex.ended)  # fmt: skip
     assert calls == [True, True]  # the parent's root(1) and the child's own root(3)
+
+
+def test_a_second_start_closes_the_first_profiler(tmp_path: Path) -> None:
+    """The first profiler's stream and consumer thread stayed open until exit, and ``stop()``
+    closed only the second."""
+    from baml_studio.profiler import api
+
+    first = api.start(ProfilerConfig(store_root=tmp_path / "one", publish_interval_s=None))
+    try:
+        assert root(1) == 1
+        second = api.start(ProfilerConfig(store_root=tmp_path / "two", publish_interval_s=None))
+        assert first._closed and (first._thread is None or not first._thread.is_alive())
+        assert api.active() is second
+        assert root(2) == 2
+    finally:
+        api.stop(timeout=60)
+    assert api.active() is None
+    assert len(load(tmp_path / "one").executions) == 1
+    assert len(load(tmp_path / "two").executions) == 1

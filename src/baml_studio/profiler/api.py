@@ -55,14 +55,19 @@ if hasattr(os, "register_at_fork"):
 
 
 def start(config: ProfilerConfig | None = None, *, project_dir: Path | None = None) -> Profiler:
-    """Start a profiler from ``config`` (default: the environment) and make it active.
+    """Start a profiler from ``config`` (default: the environment) and make it active; one
+    started before is closed first (its calls flushed, its stream released).
 
     Example::
 
         from baml_studio import profiler
         profiler.start()              # honours BAML_PROFILE, BAML_PROFILE_DIR
     """
-    prof = Profiler(config or ProfilerConfig.from_env(project_dir=project_dir))
+    new_config = config or ProfilerConfig.from_env(project_dir=project_dir)
+    previous = _ACTIVE
+    if previous is not None:  # a second start() left the first one's stream and thread open
+        previous.close()
+    prof = Profiler(new_config)
     prof.activate()
     atexit.register(prof.close)
     return prof
