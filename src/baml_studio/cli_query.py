@@ -190,7 +190,9 @@ MAX_PRIVATE_BYTES_OPTION = click.option(
 )
 @format_option("table", "Output shape.")
 @click.option("--schema", "show_schema", is_flag=True, help="Print the catalog schema as JSON.")
-@click.option("--table", "table_name", default=None, help="With --schema: only this relation.")
+@click.option(
+    "--table", "table_name", default=None, help="With --schema: only this relation or view."
+)
 @click.option("--explain", is_flag=True, help="Print the query plan instead of running it.")
 @click.option(
     "--max-rows",
@@ -306,13 +308,17 @@ def _dispatch(
 ) -> None:
     if show_schema:
         document = engine.schema_document(internal=internal)
-        if table_name is not None:
-            known = document["relations"]
-            document["relations"] = [r for r in known if table_name in (r["name"], r["alias"])]
-            if not document["relations"]:
+        if table_name is not None:  # a relation or a view, by name or alias
+            known = [*document["relations"], *document["views"]]
+            for part in ("relations", "views"):
+                document[part] = [
+                    r for r in document[part] if table_name in (r["name"], r["alias"])
+                ]
+            if not document["relations"] and not document["views"]:
                 names = ", ".join(sorted(r["alias"] or r["name"] for r in known))
                 raise click.BadParameter(
-                    f"no relation {table_name!r}; the relations: {names}", param_hint="'--table'"
+                    f"no relation or view {table_name!r}; they are: {names}",
+                    param_hint="'--table'",
                 )
         click.echo(json.dumps(document, indent=2))
         return

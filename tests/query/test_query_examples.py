@@ -263,10 +263,19 @@ def test_schema_of_an_unknown_table_is_a_usage_error_naming_the_relations(tmp_pa
     (store / "streams").mkdir(parents=True)
     args = ["query", "--store", str(store), "--schema", "--table"]
     result = CliRunner().invoke(main, [*args, "nope"])
-    assert result.exit_code == 2 and "no relation 'nope'" in result.output, result.output
-    assert "calls" in result.output
+    assert result.exit_code == 2 and "no relation or view 'nope'" in result.output, result.output
+    assert "calls" in result.output and "hot_call_paths" in result.output
     found = CliRunner().invoke(main, [*args, "calls"])
     assert found.exit_code == 0 and len(json.loads(found.output)["relations"]) == 1
+    assert json.loads(found.output)["views"] == []
+    # a view is in --schema, so --table takes it too (it was "no relation")
+    for name in ("hot_call_paths", "hot_call_paths_v1"):
+        view = CliRunner().invoke(main, [*args, name])
+        assert view.exit_code == 0, view.output
+        document = json.loads(view.output)
+        assert document["relations"] == [] and [v["alias"] for v in document["views"]] == [
+            "hot_call_paths"
+        ]
 
 
 def test_repeated_column_names_keep_every_column() -> None:
