@@ -58,14 +58,24 @@ def test_demo_then_check_reports_every_execution(tmp_path: Path) -> None:
     }
 
 
-def test_check_exits_3_on_a_corrupt_file_and_4_without_a_store(tmp_path: Path) -> None:
+def _demo_with_one_byte_flipped(tmp_path: Path, pattern: str, offset: int) -> tuple[Path, Path]:
+    """A 5-execution demo store, and its first file matching ``pattern`` with the byte at
+    ``offset`` flipped."""
     store = tmp_path / "store"
-    runner = CliRunner()
-    assert runner.invoke(main, ["demo", "--store", str(store), "--executions", "5"]).exit_code == 0
-    victim = sorted(store.rglob("*.bamldata"))[0]
+    assert (
+        CliRunner().invoke(main, ["demo", "--store", str(store), "--executions", "5"]).exit_code
+        == 0
+    )
+    victim = sorted(store.rglob(pattern))[0]
     raw = bytearray(victim.read_bytes())
-    raw[60] ^= 0xFF
+    raw[offset] ^= 0xFF
     victim.write_bytes(bytes(raw))
+    return store, victim
+
+
+def test_check_exits_3_on_a_corrupt_file_and_4_without_a_store(tmp_path: Path) -> None:
+    store, victim = _demo_with_one_byte_flipped(tmp_path, "*.bamldata", 60)
+    runner = CliRunner()
     result = runner.invoke(main, ["store", "check", "--store", str(store)])
     assert result.exit_code == EXIT_CORRUPT
     assert "InvalidChecksum" in result.output and victim.name in result.output
@@ -92,13 +102,8 @@ def test_a_directory_that_is_not_a_store_is_refused_not_read_as_empty(tmp_path: 
 def test_a_corrupt_cas_file_is_listed_once(tmp_path: Path) -> None:
     """The scan decodes CAS files and the CAS check verifies them: one bad file, one entry
     (it was listed and counted twice)."""
-    store = tmp_path / "store"
+    store, victim = _demo_with_one_byte_flipped(tmp_path, "*.bamlvalue", 10)
     runner = CliRunner()
-    assert runner.invoke(main, ["demo", "--store", str(store), "--executions", "5"]).exit_code == 0
-    victim = sorted(store.rglob("*.bamlvalue"))[0]
-    raw = bytearray(victim.read_bytes())
-    raw[10] ^= 0xFF
-    victim.write_bytes(bytes(raw))
     result = runner.invoke(main, ["store", "check", "--store", str(store), "--format", "json"])
     assert result.exit_code == EXIT_CORRUPT
     corruptions = json.loads(result.output)["corruptions"]

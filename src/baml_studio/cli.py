@@ -28,6 +28,7 @@ from baml_studio.cli_gateway import serve as serve_group
 from baml_studio.cli_gateway import setup as setup_group
 from baml_studio.cli_gateway import tokens as tokens_group
 from baml_studio.cli_jobs import jobs as jobs_group
+from baml_studio.cli_paths import require_store
 from baml_studio.cli_projector import compact_command, projector_command
 from baml_studio.cli_publish import publish as publish_command
 from baml_studio.cli_query import query as query_command
@@ -38,13 +39,12 @@ from baml_studio.format.ids import euid_hex
 from baml_studio.store import StoreError, StoreInUse, StoreReader, clean_profiles_v1
 from baml_studio.store.config import resolve_store_root
 from baml_studio.store.errors import InvalidStoreRoot
-from baml_studio.store.layout import StoreLayout
 
 EXIT_CORRUPT = 3
 EXIT_UNAVAILABLE = 4
 
 
-def _named_path(value: str) -> Path:
+def _named_path(_ctx: click.Context, _param: click.Parameter, value: str) -> Path:
     """``value`` as a path; an empty one is a usage error (click's ``Path`` type made it ``.``,
     and ``demo --store ""`` wrote its store into the current directory)."""
     if not value:
@@ -78,7 +78,7 @@ def main() -> None:
     "--store",
     type=click.Path(file_okay=False),
     required=True,
-    callback=lambda _ctx, _param, value: _named_path(value),
+    callback=_named_path,
     help="Store directory to write (created if missing).",
 )
 @click.option(
@@ -199,15 +199,7 @@ def store_check(store: Path | None, fmt: str) -> None:
     Exits 3 when any file is corrupt. Example: baml-studio store check --store demo-store
     """
     root = _store_root(store)
-    if not root.is_dir():
-        click.echo(f"error: no store at {root} (run `baml-studio demo --store {root}`)", err=True)
-        sys.exit(EXIT_UNAVAILABLE)
-    if not StoreLayout(root).is_store():
-        click.echo(
-            f"error: {root} is not a profiles-v1 store (no streams/, cas/ or usage.state in it)",
-            err=True,
-        )
-        sys.exit(EXIT_UNAVAILABLE)
+    require_store(root, EXIT_UNAVAILABLE)
     try:
         summary, clean = _scan_summary(root)
     except StoreError as exc:

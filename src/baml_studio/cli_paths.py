@@ -1,8 +1,11 @@
 """What the CLI's location options share: ``--derived``, the root of the Lance datasets, checked
 when the command starts (``projector``, ``sweep``, ``replay``, ``compact``, ``serve
-dataplane``)."""
+dataplane``), and the local store a reader opens (``query``, ``store check``)."""
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import click
 
@@ -18,3 +21,19 @@ def dataset_root(ctx: click.Context, param: click.Parameter, value: str | None) 
         return check_dataset_root(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
+
+
+def require_store(root: Path, exit_code: int) -> None:
+    """Exit with ``exit_code`` and the reason unless ``root`` is a profiles-v1 store: a missing
+    directory, or one that holds nothing of a store (``--store /etc`` read as an empty store)."""
+    from baml_studio.store.layout import StoreLayout
+
+    if not root.is_dir():
+        click.echo(f"error: no store at {root} (run `baml-studio demo --store {root}`)", err=True)
+        sys.exit(exit_code)
+    if not StoreLayout(root).is_store():
+        click.echo(
+            f"error: {root} is not a profiles-v1 store (no streams/, cas/ or usage.state in it)",
+            err=True,
+        )
+        sys.exit(exit_code)

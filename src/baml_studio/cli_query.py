@@ -260,21 +260,13 @@ def query(
         with session(remote, token, CoordinatorClient) as client:
             sys.exit(_run_remote(client, sql, fmt, budget, environment))
     from baml_studio.catalog.local import LocalStoreSource
+    from baml_studio.cli_paths import require_store
     from baml_studio.format.errors import BamlStudioError
     from baml_studio.query import QueryBudgets, QueryEngine, QueryError
     from baml_studio.store.config import resolve_store_root
-    from baml_studio.store.layout import StoreLayout
 
     root = store if store is not None else resolve_store_root(Path.cwd(), os.environ)
-    if not root.is_dir():
-        click.echo(f"error: no store at {root} (run `baml-studio demo --store {root}`)", err=True)
-        sys.exit(5)
-    if not StoreLayout(root).is_store():
-        click.echo(
-            f"error: {root} is not a profiles-v1 store (no streams/, cas/ or usage.state in it)",
-            err=True,
-        )
-        sys.exit(5)
+    require_store(root, 5)
     budgets = QueryBudgets()
     if max_rows is not None:
         budgets = dataclasses.replace(budgets, max_result_rows=max_rows)

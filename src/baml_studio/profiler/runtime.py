@@ -301,25 +301,22 @@ class Recorder:
         selected = SELECT_LLM if info.llm else 0
         if parent is not None and parent.thread.execution is DROPPED:
             return None
-        spawned = None
-        if parent is not None and parent.thread.runner != runner:
-            spawned = self._spawn_thread(parent, now, runner, site)
-        if (
-            parent is None
-            or parent.thread.execution.closed
-            or (spawned is None and parent.thread.runner != runner)
-        ):
+        thread: LogicalThread | None = None
+        parent_key: bytes | None
+        if parent is not None and not parent.thread.execution.closed:
+            if parent.thread.runner != runner:
+                # None if the root ended meanwhile (checked again under the lock)
+                thread = self._spawn_thread(parent, now, runner, site)
+                edge, parent_key = 2, parent.key
+            else:
+                thread = parent.thread
+                edge, parent_key = 1, parent.key
+        if thread is None:
             thread = self._new_execution(now, runner)
             if thread is None:
                 return self._dropped_root(info, now, runner)
             parent = None
             edge, parent_key, selected = 0, None, selected | SELECT_ROOT
-        elif spawned is not None:
-            thread = spawned
-            edge, parent_key = 2, parent.key
-        else:
-            thread = parent.thread
-            edge, parent_key = 1, parent.key
         roles = ALL_ROLES if selected else 0
         manual = MANUAL.get()
         if manual is not None and manual[0] is parent:
